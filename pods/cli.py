@@ -1,0 +1,36 @@
+"""`pods <command> ...`: one entry point, each command implemented next to the code it drives.
+
+Every module listed in COMMANDS exposes `register(subparsers)`, which adds its sub-command(s) and
+sets `func(args) -> int` on the sub-parser.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# sub-command name -> module that implements it
+COMMANDS = {}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pods", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in dict.fromkeys(COMMANDS.values()):
+        importlib.import_module(module).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, FileNotFoundError) as exc:  # bad input: one clear line, no traceback
+        print(f"pods {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
