@@ -1,0 +1,30 @@
+"""Benchmark registry: name -> factory returning a `Task`.
+
+Embedded procedural benchmarks (offline, built by the package):
+- `arith`: 3-4 single-digit terms, worked partial sums; reward = correctness, or 0.1 for a wrong
+  answer in the exact worked format (the GSM8K stand-in: the paper's GSM8K reward adds small
+  format bonuses to wrong answers).
+- `arith_hard`: 5-6 terms, binary correctness reward (the MATH stand-in: "MATH-NF" runs).
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import Callable
+
+from pods.tasks.arith import ChainArithmetic
+from pods.tasks.base import Problem, Task
+
+TASKS: dict[str, Callable[..., Task]] = {
+    "arith": partial(ChainArithmetic, name="arith", min_terms=3, max_terms=4, format_bonus=0.1),
+    "arith_hard": partial(ChainArithmetic, name="arith_hard", min_terms=5, max_terms=6, format_bonus=0.0),
+}
+
+
+def get_task(name: str, **options) -> Task:
+    """Build the benchmark `name`; `options` override the factory's defaults (e.g. test_size)."""
+    if name not in TASKS:
+        raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(sorted(TASKS))}")
+    return TASKS[name](**options)
+
+
+__all__ = ["TASKS", "Problem", "Task", "get_task"]

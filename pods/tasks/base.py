@@ -1,0 +1,53 @@
+"""What every benchmark provides to the trainer, the warm start and the evaluation."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One question with its verifiable gold answer.
+
+    `meta` carries whatever the task needs to grade or demonstrate the problem (operands, source
+    index, ...). It takes no part in equality, so two problems are the same problem when their
+    question and answer are.
+    """
+
+    question: str
+    answer: str
+    meta: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+
+class Task(ABC):
+    """A benchmark: fixed train/test splits, prompt rendering and a verifiable reward.
+
+    The same object serves the RL trainer (prompts, `reward`), the evaluation (`is_correct`, the
+    accuracy metric) and, for the embedded procedural tasks, the supervised warm start.
+    """
+
+    #: registry name, e.g. "arith"; also the `benchmark` component of run directories
+    name: str
+
+    @abstractmethod
+    def train_problems(self, seed: int) -> list[Problem]:
+        """Training problems for `seed`; never contains a test question."""
+
+    @abstractmethod
+    def test_problems(self) -> list[Problem]:
+        """The fixed held-out test set (the same list for every seed and run)."""
+
+    @abstractmethod
+    def render_prompt(self, problem: Problem, tokenizer) -> str:
+        """The text the policy is conditioned on (raw text, or a chat template applied)."""
+
+    @abstractmethod
+    def reward(self, completion: str, problem: Problem) -> float:
+        """Scalar training reward of one decoded completion (what the selection rule ranks)."""
+
+    @abstractmethod
+    def is_correct(self, completion: str, problem: Problem) -> bool:
+        """Whether the completion's final answer is right: the accuracy metric of every curve."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
