@@ -13,10 +13,16 @@ from typing import Callable
 
 from pods.tasks.arith import ChainArithmetic
 from pods.tasks.base import Problem, Task
+from pods.tasks.gsm8k import GSM8K
+from pods.tasks.math import AMC23, Math500, MathTrain
 
 TASKS: dict[str, Callable[..., Task]] = {
     "arith": partial(ChainArithmetic, name="arith", min_terms=3, max_terms=4, format_bonus=0.1),
     "arith_hard": partial(ChainArithmetic, name="arith_hard", min_terms=5, max_terms=6, format_bonus=0.0),
+    "gsm8k": GSM8K,
+    "math": MathTrain,
+    "math500": Math500,
+    "amc23": AMC23,
 }
 
 
