@@ -10,7 +10,9 @@ import importlib
 import sys
 
 # sub-command name -> module that implements it
-COMMANDS = {}
+COMMANDS = {
+    "warmstart": "pods.warmstart",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
