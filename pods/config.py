@@ -1,8 +1,13 @@
 """Configuration and the names shared by the CLI, the workflow, the run directories and the plots."""
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import math
 import re
-from typing import NamedTuple
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
 
 
 class Method(NamedTuple):
@@ -55,3 +60,299 @@ def parse_method(name: str) -> Method:
     rule = match["rule"] or "identity"
     method_name(rule, n, m)  # validates n, m against the rule
     return Method(rule, n, m)
+
+
+# --- the training configuration ------------------------------------------------------------------
+PRECISIONS = ("fp32", "bf16", "fp16")
+NORMALIZE_OVER = ("kept", "all")
+
+
+@dataclass
+class TrainConfig:
+    """Everything one GRPO / GRPO-PODS run needs, flat, with the run's defaults.
+
+    Loaded from a YAML file plus `key=value` overrides (`load_train_config`) and validated before
+    any compute. The two designs of the paper are pairs of runs, not a field: `equal_update` is
+    GRPO (m == n) against PODS (n > m) at the same m; `equal_generation` is GRPO-GA (m == n, the
+    large n, more micro-batches) against PODS at the same n. Gradient accumulation is derived, not
+    set: `grad_accum = ceil(prompts_per_step * m / micro_batch)`.
+    """
+
+    # ---- what is trained, where results go
+    benchmark: str = field(default="arith", metadata={"help": "Task name in `pods.tasks.TASKS`."})
+    task_options: dict = field(
+        default_factory=dict, metadata={"help": "Keyword options for `get_task` (e.g. test_size)."}
+    )
+    hardware: str = field(
+        default="cpu", metadata={"help": "Hardware profile name (`config/hardware/<name>.yaml`); a run-path component."}
+    )
+    seed: int = field(
+        default=0,
+        metadata={"help": "Seeds the training prompt order, sampling and the random rule; also a run-path component."},
+    )
+    base_model: str = field(
+        default="models/{benchmark}/base",
+        metadata={"help": "Local model folder (save_pretrained layout) RL starts from; `{benchmark}` is filled in."},
+    )
+    run_dir: str = field(
+        default="results/runs/{benchmark}/{hardware}/{method}/seed{seed}",
+        metadata={"help": "Output folder; `{benchmark}`, `{hardware}`, `{method}`, `{seed}` are filled in."},
+    )
+
+    # ---- rollouts and down-sampling
+    n: int = field(default=16, metadata={"help": "Rollouts generated per prompt."})
+    m: int = field(
+        default=16, metadata={"help": "Rollouts trained on per prompt (m == n is vanilla GRPO, m < n is PODS)."}
+    )
+    rule: str = field(
+        default="max_variance",
+        metadata={
+            "help": "Down-sampling rule in `pods.selection.SELECTION_RULES`; resolved to `identity` when m == n, "
+            "since every rule keeps all n then."
+        },
+    )
+    normalize_over: str = field(
+        default="kept",
+        metadata={"help": "Advantage mean/std over the `kept` m rollouts (the authors' code) or `all` n."},
+    )
+    scale_rewards: bool = field(
+        default=True, metadata={"help": "Divide advantages by the group std + 1e-4 (False: centre only, Dr. GRPO)."}
+    )
+    prompts_per_step: int = field(
+        default=8, metadata={"help": "Prompts per optimiser step (the paper's single-GPU runs use 1)."}
+    )
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of training rollouts (paper: 0.9)."})
+    max_new_tokens: int = field(default=32, metadata={"help": "Completion length cap in tokens (paper: 512)."})
+
+    # ---- update
+    micro_batch: int = field(
+        default=128,
+        metadata={"help": "Rollouts per forward/backward pass; a step runs ceil(prompts_per_step*m/micro_batch) of them."},
+    )
+    lr: float = field(default=1e-4, metadata={"help": "AdamW learning rate (paper, LoRA on 3B: 5e-6)."})
+    lr_warmup_steps: int = field(
+        default=0, metadata={"help": "Linear warm-up steps, then a constant learning rate (the paper's schedule)."}
+    )
+    weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay (paper: 0.1)."})
+    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1 (paper: 0.9)."})
+    adam_beta2: float = field(default=0.99, metadata={"help": "AdamW beta2 (paper: 0.99)."})
+    max_grad_norm: float = field(
+        default=1.0, metadata={"help": "Gradient-norm clip; 0 disables (paper, LoRA on 3B: 0.1)."}
+    )
+    beta: float = field(
+        default=0.0, metadata={"help": "k3 KL penalty weight towards the base model (paper: 0 for Qwen, 0.04 Llama)."}
+    )
+    always_compute_ref: bool = field(
+        default=False,
+        metadata={
+            "help": "Compute reference log-probs even when beta == 0, as the authors' single-GPU code did "
+            "(a constant extra cost on both arms, PAPER.md section 4.7)."
+        },
+    )
+    eps_low: float = field(default=0.2, metadata={"help": "Lower clip range of the ratio (inactive at one step per batch)."})
+    eps_high: float = field(default=0.2, metadata={"help": "Upper clip range of the ratio."})
+    loss_agg: str = field(
+        default="grpo",
+        metadata={"help": "Loss aggregation in `pods.grpo.LOSS_AGGREGATIONS`: grpo (authors), bnpo, dr_grpo."},
+    )
+
+    # ---- budget, evaluation, checkpoints
+    max_train_time_s: float | None = field(
+        default=600.0,
+        metadata={"help": "Training-clock budget in seconds (evaluation and checkpoints excluded); null: none."},
+    )
+    max_steps: int | None = field(default=None, metadata={"help": "Optimiser-step budget; null: none."})
+    eval_every_s: float | None = field(
+        default=15.0, metadata={"help": "Evaluate every this many seconds of training time; null: off."}
+    )
+    eval_every_steps: int | None = field(
+        default=None,
+        metadata={"help": "Evaluate every this many steps (reproducible across resume, unlike a time schedule); null: off."},
+    )
+    eval_items: int | None = field(
+        default=None, metadata={"help": "Evaluate on the first this many test items; null: the whole test set."}
+    )
+    eval_greedy: bool = field(default=True, metadata={"help": "Greedy decoding at evaluation (False: sampled)."})
+    eval_repeats: int = field(
+        default=1, metadata={"help": "Samples per test item when sampling (the paper: 5 at temperature 0.9)."}
+    )
+    eval_temperature: float = field(default=0.9, metadata={"help": "Sampling temperature of sampled evaluation."})
+    eval_batch: int = field(default=256, metadata={"help": "Test prompts per generation batch at evaluation."})
+    checkpoint_every_s: float = field(
+        default=60.0, metadata={"help": "Save a resumable checkpoint every this many seconds of training time; 0: every step."}
+    )
+
+    # ---- engines and numerics
+    rollout_engine: str = field(default="hf", metadata={"help": "Rollout engine in `pods.rollout.ROLLOUT_ENGINES`."})
+    update_engine: str = field(default="torch", metadata={"help": "Update engine in `pods.update.UPDATE_ENGINES`."})
+    precision: str = field(default="fp32", metadata={"help": "fp32, or bf16/fp16 autocast for the update."})
+    num_threads: int = field(
+        default=1, metadata={"help": "torch CPU threads (1 keeps parallel runs on a shared CPU from interfering)."}
+    )
+    device: str = field(default="cpu", metadata={"help": "torch device of the policy."})
+
+    # ---- derived values
+    @property
+    def method(self) -> str:
+        return method_name(self.rule, self.n, self.m)
+
+    @property
+    def grad_accum(self) -> int:
+        """Micro-batches per optimiser step."""
+        return math.ceil(self.prompts_per_step * self.m / self.micro_batch)
+
+    @property
+    def rollouts_generated(self) -> int:
+        return self.prompts_per_step * self.n
+
+    @property
+    def rollouts_trained(self) -> int:
+        return self.prompts_per_step * self.m
+
+    def model_path(self) -> Path:
+        return Path(self.base_model.format(benchmark=self.benchmark))
+
+    def output_dir(self) -> Path:
+        return Path(
+            self.run_dir.format(benchmark=self.benchmark, hardware=self.hardware, method=self.method, seed=self.seed)
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    # ---- validation
+    def validate(self) -> "TrainConfig":
+        """Check every field and resolve `rule`; raises ValueError naming the key. Returns self."""
+        from pods.grpo import LOSS_AGGREGATIONS
+        from pods.rollout import ROLLOUT_ENGINES
+        from pods.selection import SELECTION_RULES
+        from pods.tasks import TASKS
+        from pods.update import UPDATE_ENGINES
+
+        def need(ok: bool, key: str, what: str) -> None:
+            if not ok:
+                raise ValueError(f"config key {key!r}: {what}, got {getattr(self, key)!r}")
+
+        def choice(key: str, options) -> None:
+            need(getattr(self, key) in options, key, f"must be one of {', '.join(sorted(options))}")
+
+        choice("benchmark", TASKS)
+        need(self.n >= 1, "n", "must be >= 1")
+        need(1 <= self.m <= self.n, "m", f"must satisfy 1 <= m <= n (n = {self.n})")
+        choice("rule", SELECTION_RULES)
+        if self.m == self.n:
+            self.rule = "identity"
+        else:
+            need(self.rule != "identity", "rule", f"'identity' keeps every rollout, so it needs m == n (n={self.n}, m={self.m})")
+        need(self.m >= 2, "m", "must be >= 2 (a group advantage needs two rewards)")
+        choice("normalize_over", NORMALIZE_OVER)
+        choice("loss_agg", LOSS_AGGREGATIONS)
+        choice("rollout_engine", ROLLOUT_ENGINES)
+        choice("update_engine", UPDATE_ENGINES)
+        choice("precision", PRECISIONS)
+        for key in ("prompts_per_step", "micro_batch", "max_new_tokens", "eval_repeats", "eval_batch", "num_threads"):
+            need(getattr(self, key) >= 1, key, "must be >= 1")
+        for key in ("lr", "temperature", "eval_temperature"):
+            need(getattr(self, key) > 0, key, "must be > 0")
+        for key in ("weight_decay", "max_grad_norm", "beta", "eps_low", "eps_high", "checkpoint_every_s", "lr_warmup_steps"):
+            need(getattr(self, key) >= 0, key, "must be >= 0")
+        for key in ("adam_beta1", "adam_beta2"):
+            need(0 <= getattr(self, key) < 1, key, "must be in [0, 1)")
+        need(self.max_train_time_s is None or self.max_train_time_s > 0, "max_train_time_s", "must be > 0 or null")
+        need(self.max_steps is None or self.max_steps >= 1, "max_steps", "must be >= 1 or null")
+        need(
+            self.max_train_time_s is not None or self.max_steps is not None,
+            "max_steps",
+            "needs a budget: set max_steps or max_train_time_s",
+        )
+        need(self.eval_every_s is None or self.eval_every_s > 0, "eval_every_s", "must be > 0 or null")
+        need(self.eval_every_steps is None or self.eval_every_steps >= 1, "eval_every_steps", "must be >= 1 or null")
+        need(self.eval_items is None or self.eval_items >= 1, "eval_items", "must be >= 1 or null")
+        need(not (self.eval_greedy and self.eval_repeats > 1), "eval_repeats", "must be 1 with eval_greedy (repeats would be identical)")
+        for key in ("hardware", "run_dir", "base_model", "device"):
+            need(bool(getattr(self, key)), key, "must not be empty")
+        return self
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+
+
+def _coerce(key: str, value: Any) -> Any:
+    """Check one value against the field's annotation (YAML already typed it); ints pass as floats."""
+    annotation = str(_FIELDS[key].type)
+    optional = "None" in annotation
+    if value is None:
+        if optional:
+            return None
+        raise ValueError(f"config key {key!r} must not be null")
+    base = annotation.replace(" | None", "")
+    if base == "bool":
+        if isinstance(value, bool):
+            return value
+    elif base == "int":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    elif base == "float":
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif base == "str":
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+    elif base == "dict":
+        if isinstance(value, dict):
+            return value
+    raise ValueError(f"config key {key!r} must be {base}{' or null' if optional else ''}, got {value!r}")
+
+
+def _check_key(key: str, where: str) -> None:
+    if key not in _FIELDS:
+        close = difflib.get_close_matches(key, _FIELDS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown config key {key!r} in {where}{hint}")
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """`["n=64", "eval_every_s=null"]` -> dict, values parsed as YAML scalars."""
+    import yaml
+
+    parsed: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"override {item!r} is not of the form key=value")
+        _check_key(key, "overrides")
+        parsed[key] = yaml.safe_load(raw) if raw.strip() else ""
+    return parsed
+
+
+def load_train_config(path: str | Path | None = None, overrides: list[str] | dict | None = None) -> TrainConfig:
+    """Read a YAML config (flat mapping of TrainConfig keys), apply overrides, validate.
+
+    Raises ValueError (or FileNotFoundError) with the key or file named, before any compute.
+    """
+    import yaml
+
+    values: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"config file {path} not found")
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ValueError(f"config file {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+        if not isinstance(loaded, dict):
+            raise ValueError(f"config file {path} must hold a mapping of keys to values")
+        for key in loaded:
+            _check_key(str(key), str(path))
+        values.update(loaded)
+    if isinstance(overrides, dict):
+        for key in overrides:
+            _check_key(key, "overrides")
+        values.update(overrides)
+    elif overrides:
+        values.update(parse_overrides(list(overrides)))
+    return TrainConfig(**{key: _coerce(key, value) for key, value in values.items()}).validate()

@@ -1,0 +1,22 @@
+"""Rollout engines by name. Entries are import paths so that an engine's heavy dependency
+(vLLM) is imported only by the runs that use it."""
+from __future__ import annotations
+
+import importlib
+
+from pods.rollout.base import RolloutEngine, Rollouts, encode_prompts
+
+ROLLOUT_ENGINES: dict[str, str] = {
+    "hf": "pods.rollout.hf:HFRolloutEngine",  # CPU/GPU, KV cache, each prompt prefilled once
+}
+
+
+def make_rollout_engine(name: str, *, model, tokenizer, config) -> RolloutEngine:
+    """Build the engine `name` sampling from `model` (a TrainConfig supplies its options)."""
+    if name not in ROLLOUT_ENGINES:
+        raise ValueError(f"unknown rollout_engine {name!r}; known: {', '.join(sorted(ROLLOUT_ENGINES))}")
+    module, _, cls = ROLLOUT_ENGINES[name].partition(":")
+    return getattr(importlib.import_module(module), cls)(model=model, tokenizer=tokenizer, config=config)
+
+
+__all__ = ["ROLLOUT_ENGINES", "RolloutEngine", "Rollouts", "encode_prompts", "make_rollout_engine"]

@@ -1,0 +1,22 @@
+"""Update engines by name. Entries are import paths so that an engine's heavy dependency
+(DeepSpeed) is imported only by the runs that use it."""
+from __future__ import annotations
+
+import importlib
+
+from pods.update.base import UpdateBatch, UpdateEngine
+
+UPDATE_ENGINES: dict[str, str] = {
+    "torch": "pods.update.torch_engine:TorchUpdateEngine",  # one device, AdamW
+}
+
+
+def make_update_engine(name: str, *, model, config) -> UpdateEngine:
+    """Build the engine `name` training `model` with the optimiser settings of `config`."""
+    if name not in UPDATE_ENGINES:
+        raise ValueError(f"unknown update_engine {name!r}; known: {', '.join(sorted(UPDATE_ENGINES))}")
+    module, _, cls = UPDATE_ENGINES[name].partition(":")
+    return getattr(importlib.import_module(module), cls)(model=model, config=config)
+
+
+__all__ = ["UPDATE_ENGINES", "UpdateBatch", "UpdateEngine", "make_update_engine"]

@@ -1,0 +1,66 @@
+"""TrainConfig: loading, overrides, derived values, and one clear error per bad input."""
+import pytest
+import yaml
+
+from pods.config import TrainConfig, load_train_config, parse_method
+
+
+def test_defaults_validate_and_name_the_run():
+    cfg = load_train_config()
+    assert cfg.method == "grpo-n16-m16" and cfg.rule == "identity"
+    assert str(cfg.output_dir()) == "results/runs/arith/cpu/grpo-n16-m16/seed0"
+
+
+def test_yaml_then_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"n": 64, "m": 16, "lr": 3e-5, "max_steps": 10, "eval_every_s": None}))
+    cfg = load_train_config(path, ["rule=random", "seed=3", "micro_batch=32"])
+    assert (cfg.n, cfg.m, cfg.rule, cfg.seed, cfg.lr, cfg.max_steps) == (64, 16, "random", 3, 3e-5, 10)
+    assert cfg.eval_every_s is None
+    assert parse_method(cfg.method) == ("random", 64, 16)
+    assert cfg.rollouts_generated == 8 * 64 and cfg.rollouts_trained == 8 * 16
+    assert cfg.grad_accum == 4  # ceil(8 * 16 / 32)
+
+
+def test_equal_generation_baseline_is_grpo_with_more_micro_batches():
+    cfg = load_train_config(None, ["n=64", "m=64", "micro_batch=128"])
+    assert cfg.method == "grpo-n64-m64" and cfg.grad_accum == 4
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["lrr=1e-4"], "unknown config key 'lrr' in overrides (did you mean 'lr'?)"),
+        (["n=4", "m=8"], "'m'"),
+        (["benchmark=gsm9k"], "'benchmark'"),
+        (["n=16", "m=8", "rule=identity"], "'rule'"),
+        (["rule=best"], "'rule'"),
+        (["max_steps=1.5"], "'max_steps' must be int"),
+        (["eval_greedy=yes please"], "'eval_greedy' must be bool"),
+        (["max_steps=null", "max_train_time_s=null"], "budget"),
+        (["n"], "key=value"),
+        (["eval_repeats=5"], "eval_repeats"),
+    ],
+)
+def test_bad_overrides_raise_one_line_naming_the_key(overrides, message):
+    with pytest.raises(ValueError) as info:
+        load_train_config(None, overrides)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_unknown_key_in_file_names_the_file(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("n: 16\nmicrobatch: 8\n")
+    with pytest.raises(ValueError, match=r"unknown config key 'microbatch' in .*c.yaml \(did you mean 'micro_batch'\?\)"):
+        load_train_config(path)
+
+
+def test_missing_file():
+    with pytest.raises(FileNotFoundError, match="nope.yaml"):
+        load_train_config("nope.yaml")
+
+
+def test_every_field_is_documented():
+    import dataclasses
+
+    assert all(f.metadata.get("help") for f in dataclasses.fields(TrainConfig))
