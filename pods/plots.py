@@ -1,0 +1,225 @@
+"""Every figure, from run metrics only (evals.jsonl, steps.jsonl, summary.json), as PNG + PDF.
+
+The figure functions take mean curves from `pods.analysis.mean_curve` (columns t, mean, lo, hi)
+keyed by legend label, so the paper's figures (`pods.paper`) and our own runs share them.
+`pods plot --runs DIR --out figures/` draws, for every (benchmark, hardware, eval set):
+  accuracy_<benchmark>_<hardware>_<eval_set>   all methods, +-1.96 SEM bands
+  length_<...>                                 completion length over time
+  n_scaling_<...>, m_scaling_<...>, rule_<...> the ablation families present in the runs
+  step_time_<benchmark>_<hardware>             seconds per step split by phase (steps.jsonl)
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from pods import analysis  # noqa: E402
+from pods.config import parse_method  # noqa: E402
+
+# Paul Tol's colours as the paper uses them, softened the same way; GRPO first (red)
+PALETTE = ["#BB0011", "#1166CC", "#00AA55", "#EE6611", "#AA4499", "#44AA99", "#777777"]
+PHASE_COLORS = {"generate": "#1166CC", "update": "#BB0011", "other": "#BBBBBB"}
+STYLE = {"lines.linewidth": 2, "lines.markersize": 6, "font.size": 14, "axes.labelsize": 14,
+         "legend.fontsize": 12}
+
+
+def soften(hexcode: str, alpha: float = 0.7) -> str:
+    """Blend a colour with white, as the paper's figures do."""
+    r, g, b = (int(hexcode[i:i + 2], 16) for i in (1, 3, 5))
+    return "#" + "".join(f"{int(c * alpha + 255 * (1 - alpha)):02X}" for c in (r, g, b))
+
+
+def save_figure(fig, stem: str | os.PathLike) -> list[Path]:
+    """Write `<stem>.png` and `<stem>.pdf` atomically; close the figure."""
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for ext in ("png", "pdf"):
+        path = stem.with_name(f"{stem.name}.{ext}")
+        fd, tmp = tempfile.mkstemp(dir=stem.parent, prefix=f".{path.name}.", suffix=f".{ext}")
+        os.close(fd)
+        try:
+            fig.savefig(tmp, format=ext, dpi=150)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+def curve_panel(ax, curves: Mapping[str, pd.DataFrame], time_scale: float = 3600.0, percent: bool = True,
+                colors: Mapping[str, str] | None = None, clip: tuple[float, float] | None = None) -> None:
+    """Mean curves with their +-1.96 SEM bands (where a band exists: 2+ seeds)."""
+    factor = 100.0 if percent else 1.0
+    for i, (label, curve) in enumerate(curves.items()):
+        color = soften((colors or {}).get(label, PALETTE[i % len(PALETTE)]))
+        t = curve["t"].to_numpy(float) / time_scale
+        ax.plot(t, curve["mean"] * factor, marker="o", color=color, label=label)
+        lo, hi = curve["lo"].to_numpy(float) * factor, curve["hi"].to_numpy(float) * factor
+        if clip is not None:
+            lo, hi = np.clip(lo, *clip), np.clip(hi, *clip)
+        ax.fill_between(t, lo, hi, color=color, alpha=0.25, linewidth=0)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best")
+
+
+def bar_panel(ax, values: Mapping[str, float], ylabel: str, colors: Mapping[str, str] | None = None) -> None:
+    labels = list(values)
+    x = np.arange(len(labels))
+    ax.bar(x, [values[k] for k in labels],
+           color=[soften((colors or {}).get(k, PALETTE[i % len(PALETTE)])) for i, k in enumerate(labels)])
+    ax.set_xticks(x, [k.replace(" (", "\n(") for k in labels], fontsize=9)
+    ax.set_ylabel(ylabel)
+
+
+def curve_figure(curves: Mapping[str, pd.DataFrame], stem: str | os.PathLike, xlabel: str, ylabel: str,
+                 time_scale: float = 3600.0, percent: bool = True, bars: Mapping[str, float] | None = None,
+                 bar_ylabel: str = "Seconds per\nTraining Step", xlim: tuple[float, float] | None = None,
+                 clip: tuple[float, float] | None = None, colors: Mapping[str, str] | None = None,
+                 title: str | None = None) -> list[Path]:
+    """Curves over training time, with a bar panel on the right when `bars` is given."""
+    if not curves:
+        raise ValueError(f"no curves to plot for {stem}")
+    with plt.rc_context(STYLE):
+        if bars:
+            fig, (ax, ax_bar) = plt.subplots(1, 2, figsize=(15, 4.5), constrained_layout=True,
+                                             gridspec_kw={"width_ratios": [3, 1.3]})
+            bar_panel(ax_bar, bars, bar_ylabel, colors)
+        else:
+            fig, ax = plt.subplots(figsize=(11, 4.5), constrained_layout=True)
+        curve_panel(ax, curves, time_scale, percent, colors, clip)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        if xlim is not None:
+            ax.set_xlim(*xlim)
+        if title:
+            ax.set_title(title)
+        return save_figure(fig, stem)
+
+
+def phase_table(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per method: mean seconds per step in generation, update and everything else."""
+    analysis._check_columns(steps, ["method", "step_s", "generate_s", "update_s"], "steps")
+    per_run = steps.groupby(analysis.RUN_KEYS)[["step_s", "generate_s", "update_s"]].mean().reset_index()
+    table = per_run.groupby("method")[["step_s", "generate_s", "update_s"]].mean()
+    return pd.DataFrame({"generate": table["generate_s"], "update": table["update_s"],
+                         "other": (table["step_s"] - table["generate_s"] - table["update_s"]).clip(lower=0)})
+
+
+def phase_bar_figure(table: pd.DataFrame, stem: str | os.PathLike, title: str | None = None) -> list[Path]:
+    """Stacked seconds-per-step bars (generation / update / other), one bar per method."""
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(2.2 + 1.6 * len(table), 4.5), constrained_layout=True)
+        x = np.arange(len(table))
+        bottom = np.zeros(len(table))
+        for phase in ("generate", "update", "other"):
+            ax.bar(x, table[phase], bottom=bottom, color=soften(PHASE_COLORS[phase]), label=phase)
+            bottom += table[phase].to_numpy(float)
+        labels = [parse_method(m).label.replace(" (", "\n(") for m in table.index]
+        ax.set_xticks(x, labels, fontsize=9)
+        ax.set_ylabel("Seconds per Training Step")
+        ax.legend(loc="best")
+        if title:
+            ax.set_title(title)
+        return save_figure(fig, stem)
+
+
+def method_colors(methods: Sequence[str]) -> dict[str, str]:
+    """GRPO arms first in red, then PODS arms in palette order, stable across figures."""
+    ordered = sorted(methods, key=lambda m: (not parse_method(m).is_grpo, parse_method(m).n, -parse_method(m).m, m))
+    return {parse_method(m).label: PALETTE[i % len(PALETTE)] for i, m in enumerate(ordered)}
+
+
+# ablation kind -> (which methods belong, what they share, what varies along the family)
+FAMILY_KINDS = {
+    "n_scaling": (lambda p: p.rule in ("identity", "max_variance"), lambda p: f"m{p.m}", lambda p: p.n),
+    "m_scaling": (lambda p: p.rule == "max_variance", lambda p: f"n{p.n}", lambda p: -p.m),
+    "rule": (lambda p: not p.is_grpo, lambda p: f"n{p.n}_m{p.m}", lambda p: p.rule),
+}
+
+
+def families(methods: Sequence[str]) -> dict[str, list[str]]:
+    """The ablation families among `methods` that have 2+ distinct members, e.g.
+    {"n_scaling_m16": [grpo-n16-m16, pods-max_variance-n64-m16, ...], "rule_n64_m16": [...]}."""
+    out = {}
+    for kind, (member, shared, varies) in FAMILY_KINDS.items():
+        groups: dict[str, list[str]] = defaultdict(list)
+        for name in methods:
+            parsed = parse_method(name)
+            if member(parsed):
+                groups[shared(parsed)].append(name)
+        for key, names in groups.items():
+            if len({varies(parse_method(n)) for n in names}) >= 2:
+                out[f"{kind}_{key}"] = sorted(names, key=lambda n: varies(parse_method(n)))
+    return out
+
+
+def _time_unit(grid: np.ndarray) -> tuple[float, str]:
+    span = float(grid[-1]) if len(grid) else 0.0
+    if span >= 2 * 3600:
+        return 3600.0, "hours"
+    if span >= 120:
+        return 60.0, "minutes"
+    return 1.0, "seconds"
+
+
+def plot_runs(runs_root: str | os.PathLike, out_dir: str | os.PathLike, how: str = "nearest") -> list[Path]:
+    """Every figure of the runs under `runs_root` (see the module docstring)."""
+    runs = analysis.find_runs(runs_root)
+    evals = analysis.load_evals(runs)
+    steps = analysis.load_steps(runs)
+    out_dir = Path(out_dir)
+    written = []
+    for (benchmark, hardware, eval_set), part in evals.groupby(["benchmark", "hardware", "eval_set"]):
+        grid = analysis.default_grid(part)
+        scale, unit = _time_unit(grid)
+        xlabel = f"Training Time on {hardware} ({unit})"
+        methods = sorted(part["method"].unique())
+        colors = method_colors(methods)
+        tag = f"{benchmark}_{hardware}_{eval_set}"
+        acc = {m: analysis.mean_curve(part[part["method"] == m], grid, how=how) for m in methods}
+        length = {m: analysis.mean_curve(part[part["method"] == m], grid, how=how, value="mean_length")
+                  for m in methods}
+        label = {m: parse_method(m).label for m in methods}
+        title = f"{benchmark} on {hardware}, eval {eval_set}"
+        written += curve_figure({label[m]: acc[m] for m in methods}, out_dir / f"accuracy_{tag}", xlabel,
+                                "Test Accuracy (%)", scale, True, colors=colors, title=title, clip=(0, 100))
+        written += curve_figure({label[m]: length[m] for m in methods}, out_dir / f"length_{tag}", xlabel,
+                                "Average Completion Length", scale, False, colors=colors, title=title)
+        for family, members in families(methods).items():
+            written += curve_figure({label[m]: acc[m] for m in members}, out_dir / f"{family}_{tag}", xlabel,
+                                    "Test Accuracy (%)", scale, True, colors=colors, clip=(0, 100),
+                                    title=f"{title}: {family.replace('_', ' ')}")
+    if not steps.empty:
+        for (benchmark, hardware), part in steps.groupby(["benchmark", "hardware"]):
+            written += phase_bar_figure(phase_table(part), out_dir / f"step_time_{benchmark}_{hardware}",
+                                        title=f"{benchmark} on {hardware}")
+    return written
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    written = plot_runs(args.runs, args.out, how=args.align)
+    print(f"{len(written)} files in {args.out}")
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("plot", help="every figure of the runs under a results folder")
+    p.add_argument("--runs", required=True, help="results folder holding runs/ (or runs/ itself)")
+    p.add_argument("--out", default="figures", help="folder for the PNG + PDF files")
+    p.add_argument("--align", default="nearest", choices=sorted(analysis.ALIGNERS),
+                   help="how each seed's evaluations are read off the common time grid")
+    p.set_defaults(func=_cmd_plot)
