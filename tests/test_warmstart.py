@@ -1,0 +1,78 @@
+"""Warm start: reproducible by seed, learns, writes a loadable folder, rejects bad config early."""
+import itertools
+import json
+
+import pytest
+import torch
+
+from pods.cli import main
+from pods.models import load_policy
+from pods.warmstart import WarmStartConfig, load_config, pass_at_k, warmstart
+
+TINY = dict(n_layer=2, d_model=32, n_head=2, batch_size=16, warmup_steps=2, eval_items=40,
+            pass_items=8, pass_samples=4, eval_batch=64)
+
+
+def test_pass_at_k_matches_brute_force():
+    for n, c, k in [(4, 0, 1), (4, 1, 2), (6, 2, 3), (6, 5, 4), (5, 5, 5), (8, 3, 8)]:
+        outcomes = [True] * c + [False] * (n - c)
+        subsets = list(itertools.combinations(outcomes, k))
+        assert pass_at_k(n, c, k) == pytest.approx(sum(any(s) for s in subsets) / len(subsets))
+
+
+def test_same_seed_same_model_and_record(tmp_path):
+    records, logits = [], []
+    for name in ["a", "b"]:
+        cfg = WarmStartConfig(**TINY, steps=6, seed=1, out_dir=str(tmp_path / name))
+        records.append(warmstart(cfg, progress=False))
+        model, tok = load_policy(tmp_path / name)
+        logits.append(model(torch.tensor([tok("4+7-8=")["input_ids"]])).logits)
+    assert torch.equal(logits[0], logits[1])
+    for key in ["final_loss", "greedy_accuracy", "pass_at_k", "greedy_mean_length"]:
+        assert records[0][key] == records[1][key]
+    saved = json.loads((tmp_path / "a" / "warmstart.json").read_text())
+    assert saved["greedy_items"] == 40 and set(saved["pass_at_k"]) == {"1", "2", "4"}
+    assert saved["config"]["seed"] == 1 and saved["steps"] == 6
+
+
+def test_more_supervised_steps_lower_the_loss(tmp_path):
+    short = warmstart(WarmStartConfig(**TINY, steps=5, error_rate=0.0, out_dir=str(tmp_path / "s")), progress=False)
+    longer = warmstart(WarmStartConfig(**TINY, steps=120, lr=3e-3, error_rate=0.0, out_dir=str(tmp_path / "l")),
+                       progress=False)
+    assert longer["final_loss"] < 0.6 * short["final_loss"]
+    # the format is learned long before the arithmetic: completions end with an answer mark
+    model, tok = load_policy(tmp_path / "l")
+    out = model.generate(**tok(["4+7-8="], return_tensors="pt"), max_new_tokens=12, do_sample=False,
+                         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    assert "#" in tok.decode(out[0, 7:], skip_special_tokens=True)
+
+
+def test_rewriting_an_existing_folder_replaces_it_whole(tmp_path):
+    out = tmp_path / "base"
+    warmstart(WarmStartConfig(**TINY, steps=2, out_dir=str(out)), progress=False)
+    (out / "stale.txt").write_text("left over")
+    warmstart(WarmStartConfig(**TINY, steps=3, out_dir=str(out)), progress=False)
+    assert not (out / "stale.txt").exists()
+    assert json.loads((out / "warmstart.json").read_text())["steps"] == 3
+    assert [p.name for p in tmp_path.iterdir()] == ["base"]  # no temp folders left behind
+
+
+def test_config_file_and_overrides(tmp_path):
+    path = tmp_path / "ws.yaml"
+    path.write_text("benchmark: arith_hard\nsteps: 7\nlr: 1\n")
+    cfg = load_config(str(path), ["seed=3", "error_rate=0.1"])
+    assert (cfg.benchmark, cfg.steps, cfg.lr, cfg.seed, cfg.error_rate) == ("arith_hard", 7, 1.0, 3, 0.1)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["stepz=3"], "unknown warmstart key 'stepz' (did you mean 'steps'?)"),
+    (["benchmark=gsm9k"], "unknown 'gsm9k'"),
+    (["steps=ten"], "steps: expected int"),
+    (["error_rate=1.5"], "error_rate"),
+    (["--config", "/nonexistent.yaml"], "does not exist"),
+])
+def test_bad_input_is_one_clear_line_and_nonzero_exit(capsys, tmp_path, args, message):
+    assert main(["warmstart", *args, f"out_dir={tmp_path / 'never'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "never").exists()
