@@ -1,0 +1,58 @@
+# PODS reproduction workflow.
+#
+#   snakemake --cores all reproduce         train the study in config/config.yaml, then tables + figures
+#   snakemake --cores all figures           tables + figures from the runs already in results/ (no training)
+#   snakemake --cores all paper_figures     the paper's figures from the authors' released results
+#   snakemake --report report.html          every figure, captioned
+#
+# Other studies layer a config over the default: --configfile config/{smoke,ablations,large,paper}.yaml
+from pathlib import Path
+
+from snakemake.utils import min_version, validate
+
+min_version("8.0")
+
+
+configfile: "config/config.yaml"
+
+
+validate(config, "config/schema.yaml")
+
+
+report: "workflows/report/workflow.rst"
+
+
+include: "workflows/common.smk"
+include: "workflows/data.smk"
+include: "workflows/train.smk"
+include: "workflows/analysis.smk"
+include: "workflows/figures.smk"
+if Path("workflows/paper.smk").exists():
+
+    include: "workflows/paper.smk"
+
+else:
+
+    def paper_figures_outputs():
+        return []
+
+
+rule reproduce:
+    input:
+        summary_files(),
+        SUMMARY_CSV,
+        SUMMARY_MD,
+        figure_files(),
+    default_target: True
+
+
+rule figures:
+    input:
+        SUMMARY_CSV,
+        SUMMARY_MD,
+        figure_files(),
+
+
+rule paper_figures:
+    input:
+        paper_figures_outputs(),

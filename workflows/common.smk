@@ -1,0 +1,246 @@
+# Paths, the set of runs, and the command lines: everything the rules share.
+#
+# The study config (validated against config/schema.yaml in the Snakefile) declares comparisons;
+# this file expands them into runs, checks what the schema cannot (a design's n/m relations, that
+# every benchmark and hardware profile exists), and builds the trainer command of each run from
+# its hardware profile. Any problem raises ValueError naming the config key, before any job runs.
+import shlex
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from pods.config import method_name, parse_method
+
+RESULTS = config["results_dir"].rstrip("/")
+MODELS = config["models_dir"].rstrip("/")
+FIGURES = config["figures_dir"].rstrip("/")
+RUNS = f"{RESULTS}/runs"
+LOGS = f"{RESULTS}/logs"
+SUMMARY_CSV = f"{RESULTS}/{config['summary']}"
+SUMMARY_MD = SUMMARY_CSV[: -len(".csv")] + ".md"
+STUDY_FILE = str(Path(SUMMARY_CSV).with_name("study.yaml"))
+
+RUN_DIR = RUNS + "/{benchmark}/{hardware}/{method}/seed{seed}"
+
+wildcard_constraints:
+    benchmark=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+    hardware=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+    method=r"(grpo|pods-[a-z_]+)-n\d+-m\d+",
+    seed=r"\d+",
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparisons -> runs
+# ---------------------------------------------------------------------------------------------
+def _check_design(where, design, baseline, method):
+    """The paper's two designs fix which of n, m the arms share (PAPER.md 2.1.6 and 2.2)."""
+    if design == "equal_update" and method.m != baseline.m:
+        raise ValueError(
+            f"{where}: equal_update trains the same m in both arms, but the baseline "
+            f"{baseline.name} trains m={baseline.m} and {method.name} trains m={method.m}"
+        )
+    if design == "equal_generation" and method.n != baseline.n:
+        raise ValueError(
+            f"{where}: equal_generation generates the same n in both arms, but the baseline "
+            f"{baseline.name} generates n={baseline.n} and {method.name} generates n={method.n}"
+        )
+
+
+def expand_comparisons(cfg):
+    """One row per (comparison, benchmark, hardware, method): the study file the analysis reads."""
+    rows = []
+    for i, comp in enumerate(cfg["comparisons"]):
+        where = f"comparisons[{i}]"
+        baseline = parse_method(comp["baseline"])
+        if not baseline.is_grpo:
+            raise ValueError(f"{where}.baseline: {comp['baseline']!r} is not a vanilla GRPO run")
+        seeds = comp.get("seeds", cfg["seeds"])
+        for j, name in enumerate(comp["methods"]):
+            # m_scaling varies m on purpose and is read against the baseline's target only.
+            if comp["name"] != "m_scaling":
+                _check_design(f"{where}.methods[{j}]", comp["design"], baseline, parse_method(name))
+        for label in comp["benchmarks"]:
+            if label not in cfg["benchmarks"]:
+                raise ValueError(f"{where}.benchmarks: {label!r} is not declared under `benchmarks`")
+        for label in comp["hardware"]:
+            try:
+                hardware_profile(label)
+            except ValueError as exc:
+                raise ValueError(f"{where}.hardware: {exc}") from None
+        for benchmark in comp["benchmarks"]:
+            for hardware in comp["hardware"]:
+                for name in comp["methods"]:
+                    rows.append(
+                        dict(
+                            name=comp["name"], design=comp["design"], benchmark=benchmark,
+                            hardware=hardware, baseline=comp["baseline"], method=name,
+                            seeds=list(seeds),
+                        )
+                    )
+    return rows
+
+
+def study_runs(rows):
+    """The union of every comparison's arms: each (benchmark, hardware, method, seed) once."""
+    runs = {}
+    for row in rows:
+        for method in (row["baseline"], row["method"]):
+            for seed in row["seeds"]:
+                key = (row["benchmark"], row["hardware"], method, seed)
+                runs[key] = dict(benchmark=key[0], hardware=key[1], method=key[2], seed=key[3])
+    return list(runs.values())
+
+
+def run_dir(run):
+    return RUN_DIR.format(**run)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardware profiles
+# ---------------------------------------------------------------------------------------------
+_PROFILE_SCHEMA = None
+_PROFILES = {}
+PROFILE_DEFAULTS = dict(num_processes=1, nodes=1, launcher_args="", train={})
+
+
+def hardware_profile(name):
+    """config/hardware/<name>.yaml, validated against schema.yaml#/definitions/hardware_profile."""
+    global _PROFILE_SCHEMA
+    if name not in _PROFILES:
+        path = Path(config["hardware_dir"]) / f"{name}.yaml"
+        if not path.is_file():
+            raise ValueError(f"hardware {name!r}: no profile file {path}")
+        profile = yaml.safe_load(path.read_text()) or {}
+        if _PROFILE_SCHEMA is None:
+            schema = yaml.safe_load(Path(workflow.basedir, "config", "schema.yaml").read_text())
+            _PROFILE_SCHEMA = {**schema["definitions"]["hardware_profile"], "definitions": schema["definitions"]}
+        try:
+            jsonschema.validate(profile, _PROFILE_SCHEMA)
+        except jsonschema.ValidationError as exc:
+            key = ".".join(str(p) for p in exc.absolute_path) or "(top level)"
+            raise ValueError(f"{path}: {key}: {exc.message}") from None
+        _PROFILES[name] = {**PROFILE_DEFAULTS, **profile}
+    return _PROFILES[name]
+
+
+# Launchers: profile -> the command prefix that runs `pods <command>` on every process of a run.
+# Multi-node launchers take their rank and rendezvous from the environment the scheduler sets up
+# (SLURM starts one task per node); launcher_args carries anything else (config files, ports).
+LAUNCHERS = {
+    "none": lambda p: ["pods"],
+    "accelerate": lambda p: [
+        "accelerate", "launch",
+        "--num_processes", str(p["num_processes"] * p["nodes"]),
+        "--num_machines", str(p["nodes"]),
+        *shlex.split(p["launcher_args"]), "-m", "pods.cli",
+    ],
+    "torchrun": lambda p: [
+        "torchrun", "--nnodes", str(p["nodes"]), "--nproc_per_node", str(p["num_processes"]),
+        *shlex.split(p["launcher_args"]), "-m", "pods.cli",
+    ],
+    "deepspeed": lambda p: [
+        "deepspeed", "--num_nodes", str(p["nodes"]), "--num_gpus", str(p["num_processes"]),
+        *shlex.split(p["launcher_args"]), "--module", "pods.cli",
+    ],
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Command lines
+# ---------------------------------------------------------------------------------------------
+def format_value(value):
+    """key=value text the trainer's override parser reads back as YAML: lists in flow style."""
+    if isinstance(value, str):
+        return value
+    return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("\n...")
+
+
+def format_overrides(overrides):
+    return [f"{key}={format_value(value)}" for key, value in overrides.items()]
+
+
+def benchmark_cfg(label):
+    return config["benchmarks"][label]
+
+
+def uses_warmstart(label):
+    return benchmark_cfg(label)["base_model"] == "warmstart"
+
+
+def base_model_dir(label):
+    return f"{MODELS}/{label}/base" if uses_warmstart(label) else benchmark_cfg(label)["base_model"]
+
+
+def warmstart_marker(label):
+    # warmstart.json is written after the model folder is saved, so it marks a finished warm start.
+    return f"{MODELS}/{label}/base/warmstart.json"
+
+
+def train_overrides(benchmark, hardware, method, seed):
+    """Every key the run's trainer gets on top of the defaults file, in precedence order."""
+    m = parse_method(method)
+    bench = benchmark_cfg(benchmark)
+    overrides = {
+        **hardware_profile(hardware).get("train", {}),
+        **config.get("train", {}),
+        **bench.get("train", {}),
+    }
+    overrides.update(
+        benchmark=bench.get("task", benchmark), hardware=hardware, n=m.n, m=m.m, rule=m.rule,
+        seed=int(seed), base_model=base_model_dir(benchmark),
+        run_dir=RUN_DIR.format(benchmark=benchmark, hardware=hardware, method=method, seed=seed),
+    )
+    return overrides
+
+
+def train_command(wildcards):
+    profile = hardware_profile(wildcards.hardware)
+    argv = [
+        *LAUNCHERS[profile["launcher"]](profile), "train", "--config", config["trainer_config"],
+        *format_overrides(train_overrides(wildcards.benchmark, wildcards.hardware,
+                                          wildcards.method, wildcards.seed)),
+    ]
+    return shlex.join(argv)
+
+
+def warmstart_command(wildcards, output_dir):
+    ws = config.get("warmstart", {})
+    bench = benchmark_cfg(wildcards.benchmark)
+    overrides = {
+        **ws.get("overrides", {}),
+        **bench.get("warmstart", {}),
+        "benchmark": bench.get("task", wildcards.benchmark),
+        "out_dir": output_dir,
+    }
+    config_args = ["--config", ws["config"]] if ws.get("config") else []
+    return shlex.join(["pods", "warmstart", *config_args, *format_overrides(overrides)])
+
+
+def train_resources():
+    """Snakemake resources of the train rule, per run from its hardware profile.
+
+    A rule's resource names are fixed when the workflow is parsed, so the rule declares the
+    union over the profiles this study uses; a profile that lacks one asks for 0 of it.
+    """
+    names = sorted({k for hw in HARDWARE for k in hardware_profile(hw)["resources"]})
+    return {
+        name: (lambda wc, name=name: hardware_profile(wc.hardware)["resources"].get(name, 0))
+        for name in names
+    }
+
+
+# Everything the Snakefile targets need, computed once at parse time so that a bad config fails
+# before the DAG is built.
+COMPARISONS = expand_comparisons(config)
+RUNS_LIST = study_runs(COMPARISONS)
+HARDWARE = sorted({run["hardware"] for run in RUNS_LIST})
+BENCHMARKS = sorted({run["benchmark"] for run in RUNS_LIST})
+if config.get("warmstart", {}).get("config") and not Path(config["warmstart"]["config"]).is_file():
+    raise ValueError(f"warmstart.config: no file {config['warmstart']['config']}")
+if not Path(config["trainer_config"]).is_file():
+    raise ValueError(f"trainer_config: no file {config['trainer_config']}")
+
+
+def summary_files():
+    return [f"{run_dir(run)}/summary.json" for run in RUNS_LIST]

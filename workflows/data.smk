@@ -1,0 +1,19 @@
+# Base models: the embedded benchmarks start from a supervised warm start, built once per
+# benchmark and shared by every run of it (all methods, seeds and designs start from the same
+# weights, as the paper's arms all start from the same instruct model). Benchmarks whose
+# base_model is a model folder or hub id need no rule here.
+
+
+rule warmstart:
+    output:
+        marker=warmstart_marker("{benchmark}"),
+    params:
+        cmd=lambda wc: warmstart_command(wc, f"{MODELS}/{wc.benchmark}/base"),
+    threads: config.get("warmstart", {}).get("threads", 1)
+    resources:
+        mem_mb=3000,
+        runtime=30,
+    log:
+        f"{LOGS}/warmstart/{{benchmark}}.log",
+    shell:
+        "{params.cmd} > {log} 2>&1"

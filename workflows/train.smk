@@ -1,0 +1,39 @@
+# One job per run: (benchmark, hardware, method, seed). The hardware profile decides the launcher,
+# the cores and the scheduler resources; the trainer command is built in common.smk.
+#
+# Interrupted runs. The trainer checkpoints into its run directory and resumes from there on its
+# own, so the run directory must survive a killed job. The only declared output is summary.json,
+# which the trainer writes (atomically) when the run has reached its budget: Snakemake then
+# deletes nothing but that file when it cleans up after a failure, and rerunning the job
+# (`--rerun-incomplete`, set in profiles/default) continues from the checkpoint rather than from
+# step 0. Declaring evals.jsonl/steps.jsonl as outputs would make Snakemake delete the partial
+# curves (and with `directory()` the checkpoint too) before the rerun.
+#
+# Cached results. The base model and the trainer defaults are `ancient` inputs: a run that already
+# has its summary.json (the committed results/, or a finished run) is never retrained because a
+# base model was rebuilt, is missing (a fresh clone has no models/), or a file was touched.
+# Changing a run's command line (params) still retrains it where Snakemake has a record of the
+# run, which is what a changed config should do.
+
+
+def train_inputs(wc):
+    inputs = {"trainer_config": ancient(config["trainer_config"])}
+    if uses_warmstart(wc.benchmark):
+        inputs["base_model"] = ancient(warmstart_marker(wc.benchmark))
+    return inputs
+
+
+rule train:
+    input:
+        unpack(train_inputs),
+    output:
+        summary=f"{RUN_DIR}/summary.json",
+    params:
+        cmd=train_command,
+    threads: lambda wc: hardware_profile(wc.hardware)["threads"]
+    resources:
+        **train_resources(),
+    log:
+        f"{LOGS}/train/{{benchmark}}/{{hardware}}/{{method}}/seed{{seed}}.log",
+    shell:
+        "{params.cmd} > {log} 2>&1"
