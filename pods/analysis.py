@@ -425,22 +425,30 @@ def validate_comparison(comp: Mapping, where: str = "comparison") -> dict:
     return dict(comp)
 
 
+def select_eval_set(rows: pd.DataFrame, benchmark: str, eval_set: str | None = None) -> pd.DataFrame:
+    """The rows of one eval set: the one named, else the only one, else the benchmark's own."""
+    sets = sorted(rows["eval_set"].unique())
+    if eval_set is None:
+        if len(sets) == 1:
+            eval_set = sets[0]
+        elif benchmark in sets:
+            eval_set = benchmark
+        else:
+            raise ValueError(f"{benchmark}: runs have eval sets {sets}; name one with eval_set")
+    picked = rows[rows["eval_set"] == eval_set]
+    if picked.empty:
+        raise ValueError(f"{benchmark}: no {eval_set!r} evaluations (have {sets})")
+    return picked
+
+
 def _arm(evals: pd.DataFrame, comp: Mapping, method: str) -> pd.DataFrame:
     rows = evals[(evals["benchmark"] == comp["benchmark"]) & (evals["hardware"] == comp["hardware"])
                  & (evals["method"] == method)]
+    if "seeds" in comp:
+        rows = rows[rows["seed"].isin(comp["seeds"])]
     if rows.empty:
         raise ValueError(f"no evaluations for {comp['benchmark']}/{comp['hardware']}/{method}")
-    eval_set = comp.get("eval_set")
-    if eval_set is None:
-        sets = sorted(rows["eval_set"].unique())
-        if len(sets) != 1:
-            raise ValueError(f"{comp['benchmark']}/{comp['hardware']}/{method} has eval sets {sets}: "
-                             "name one with eval_set")
-        eval_set = sets[0]
-    rows = rows[rows["eval_set"] == eval_set]
-    if rows.empty:
-        raise ValueError(f"no {eval_set!r} evaluations for {comp['benchmark']}/{comp['hardware']}/{method}")
-    return rows
+    return select_eval_set(rows, comp["benchmark"], comp.get("eval_set"))
 
 
 def comparison_grid(comp: Mapping, base: pd.DataFrame, meth: pd.DataFrame) -> np.ndarray:
@@ -478,6 +486,7 @@ def summarize(study: Sequence[Mapping], evals: pd.DataFrame, steps: pd.DataFrame
             tt = time_to_target(base_curve, meth_curve, threshold)
             boot = bootstrap_speedup(base, meth, grid, threshold, n_boot=n_boot, seed=seed, how=how)
             rows.append({
+                **({"name": comp["name"]} if "name" in comp else {}),
                 "benchmark": comp["benchmark"], "hardware": comp["hardware"], "design": comp["design"],
                 "baseline": comp["baseline"], "method": comp["method"],
                 "eval_set": base["eval_set"].iloc[0], "rule": f"{threshold:.2f}",

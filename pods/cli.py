@@ -11,7 +11,11 @@ import sys
 
 # sub-command name -> module that implements it
 COMMANDS = {
+    "train": "pods.trainer",
     "warmstart": "pods.warmstart",
+    "analyze": "pods.analysis",
+    "plot": "pods.plots",
+    "paper": "pods.paper",
 }
 
 

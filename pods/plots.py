@@ -2,7 +2,10 @@
 
 The figure functions take mean curves from `pods.analysis.mean_curve` (columns t, mean, lo, hi)
 keyed by legend label, so the paper's figures (`pods.paper`) and our own runs share them.
-`pods plot --runs DIR --out figures/` draws, for every (benchmark, hardware, eval set):
+`pods plot KIND --runs DIR --study FILE --benchmark B --hardware H [--design D] --out STEM` draws
+one figure of a study (KIND: accuracy, n_scaling, m_scaling, rule, length, step_time; what each
+shows is in `study_methods`); `pods plot all --runs DIR --out FOLDER` draws, for every
+(benchmark, hardware, eval set) of the runs:
   accuracy_<benchmark>_<hardware>_<eval_set>   all methods, +-1.96 SEM bands
   length_<...>                                 completion length over time
   n_scaling_<...>, m_scaling_<...>, rule_<...> the ablation families present in the runs
@@ -210,16 +213,79 @@ def plot_runs(runs_root: str | os.PathLike, out_dir: str | os.PathLike, how: str
     return written
 
 
+def study_methods(study: Sequence[Mapping], kind: str, benchmark: str, hardware: str,
+                  design: str | None = None) -> list[str]:
+    """The methods a study figure shows: baseline first, then the compared methods in study order.
+
+    accuracy: the `main` comparisons of that design; n_scaling / m_scaling / rule: the
+    comparisons of that name; length / step_time: every method of the (benchmark, hardware).
+    """
+    rows = [c for c in study if c["benchmark"] == benchmark and c["hardware"] == hardware]
+    if kind == "accuracy":
+        rows = [c for c in rows if c.get("name", "main") == "main" and (design is None or c["design"] == design)]
+    elif kind in FAMILY_KINDS:
+        rows = [c for c in rows if c.get("name") == kind]
+    methods = [m for c in rows for m in (c["baseline"], c["method"])]
+    if not methods:
+        raise ValueError(f"the study has no {kind} comparison for {benchmark}/{hardware}"
+                         + (f" ({design})" if design else ""))
+    return list(dict.fromkeys(methods))
+
+
+def plot_study_figure(kind: str, runs_root: str | os.PathLike, study: Sequence[Mapping], benchmark: str,
+                      hardware: str, stem: str | os.PathLike, design: str | None = None,
+                      how: str = "nearest") -> list[Path]:
+    """One figure of a study (the Snakemake `plot` rule): `<stem>.png` and `<stem>.pdf`."""
+    methods = study_methods(study, kind, benchmark, hardware, design)
+    runs = analysis.find_runs(runs_root)
+    title = f"{benchmark} on {hardware}" + (f", {design.replace('_', ' ')}" if design else "")
+    colors = method_colors(methods)
+    if kind == "step_time":
+        steps = analysis.load_steps(runs)
+        steps = steps[(steps["benchmark"] == benchmark) & (steps["hardware"] == hardware)
+                      & steps["method"].isin(methods)]
+        if steps.empty:
+            raise ValueError(f"no steps.jsonl records for {benchmark}/{hardware}")
+        return phase_bar_figure(phase_table(steps).reindex([m for m in methods if m in set(steps["method"])]),
+                                stem, title=title)
+    evals = analysis.load_evals(runs)
+    evals = evals[(evals["benchmark"] == benchmark) & (evals["hardware"] == hardware)]
+    arms = {m: analysis.select_eval_set(evals[evals["method"] == m], benchmark) for m in methods}
+    grid = analysis.default_grid(pd.concat(arms.values()))
+    scale, unit = _time_unit(grid)
+    value = "mean_length" if kind == "length" else "accuracy"
+    curves = {parse_method(m).label: analysis.mean_curve(arm, grid, how=how, value=value) for m, arm in arms.items()}
+    return curve_figure(curves, stem, f"Training Time on {hardware} ({unit})",
+                        "Average Completion Length" if kind == "length" else "Test Accuracy (%)",
+                        scale, percent=kind != "length", colors=colors, title=title,
+                        clip=None if kind == "length" else (0, 100))
+
+
+PLOT_KINDS = ("accuracy", "n_scaling", "m_scaling", "rule", "length", "step_time")
+
+
 def _cmd_plot(args: argparse.Namespace) -> int:
-    written = plot_runs(args.runs, args.out, how=args.align)
-    print(f"{len(written)} files in {args.out}")
+    if args.kind == "all":
+        written = plot_runs(args.runs, args.out, how=args.align)
+    else:
+        if not (args.study and args.benchmark and args.hardware):
+            raise ValueError(f"pods plot {args.kind} needs --study, --benchmark and --hardware")
+        written = plot_study_figure(args.kind, args.runs, analysis.load_study(args.study), args.benchmark,
+                                    args.hardware, args.out, design=args.design, how=args.align)
+    print(f"wrote {len(written)} files: {', '.join(str(p) for p in written[:4])}{' ...' if len(written) > 4 else ''}")
     return 0
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("plot", help="every figure of the runs under a results folder")
+    p = subparsers.add_parser("plot", help="figures from run metrics (PNG + PDF)")
+    p.add_argument("kind", choices=PLOT_KINDS + ("all",),
+                   help="one study figure, or `all`: every figure of every run under --runs")
     p.add_argument("--runs", required=True, help="results folder holding runs/ (or runs/ itself)")
-    p.add_argument("--out", default="figures", help="folder for the PNG + PDF files")
+    p.add_argument("--out", required=True, help="file stem (<out>.png, <out>.pdf); a folder for `all`")
+    p.add_argument("--study", help="study YAML (pods.analysis) naming the comparisons to draw")
+    p.add_argument("--benchmark")
+    p.add_argument("--hardware")
+    p.add_argument("--design", choices=analysis.DESIGNS, help="for `accuracy`: which design's comparisons")
     p.add_argument("--align", default="nearest", choices=sorted(analysis.ALIGNERS),
                    help="how each seed's evaluations are read off the common time grid")
     p.set_defaults(func=_cmd_plot)

@@ -1,0 +1,80 @@
+# The paper's figures and speedup tables from the authors' released results (pods.paper).
+#
+#   snakemake --cores all paper_figures --config paper_results_dir=../shared/paper-results  # offline
+#   snakemake --cores all paper_figures                                                     # downloads
+#
+# With `paper_results_dir` set, that local copy of the release's results/ folder is used as is;
+# otherwise the release is downloaded at the pinned commit into {paper_work_dir}/release, each
+# file checked against the sha256 in config/paper_figures.yaml. The release is imported into the
+# run schema under {paper_work_dir}/runs, and our own analysis and plots write figures/paper/.
+# Settings absent from a local copy (it may lack the Llama runs and the A100 exports) are drawn
+# only if present and are reported as missing in speedups.csv / ablations.csv.
+from pathlib import Path
+
+import pods.paper
+
+PAPER_WORK = config.get("paper_work_dir", "resources/paper").rstrip("/")
+PAPER_FIGURES_DIR = f"{config.get('figures_dir', 'figures').rstrip('/')}/paper"
+PAPER_MANIFEST = "config/paper_figures.yaml"
+PAPER_LOCAL = config.get("paper_results_dir")
+PAPER_RELEASE = PAPER_LOCAL.rstrip("/") if PAPER_LOCAL else f"{PAPER_WORK}/release"
+if PAPER_LOCAL and not Path(PAPER_LOCAL).is_dir():
+    raise ValueError(f"paper_results_dir: no folder {PAPER_LOCAL}")
+
+
+def paper_figure_names():
+    """Every figure for a download; for a local copy, those whose release files it holds."""
+    if PAPER_LOCAL:
+        return pods.paper.available_figures(PAPER_LOCAL)
+    return list(pods.paper.PAPER_FIGURES)
+
+
+def paper_figures_outputs():
+    """Everything `rule paper_figures` must produce: figures (PNG + PDF) and CSV tables."""
+    return [str(p) for p in pods.paper.figure_outputs(PAPER_FIGURES_DIR, paper_figure_names())]
+
+
+def paper_release_files():
+    if PAPER_LOCAL:
+        present = [Path(PAPER_LOCAL) / name for name in pods.paper.release_files()]
+        return [str(p) for p in present if p.exists()]
+    return [f"{PAPER_RELEASE}/SHA256SUMS"]
+
+
+rule paper_download:
+    output:
+        f"{PAPER_WORK}/release/SHA256SUMS",
+    input:
+        PAPER_MANIFEST,
+    localrule: True
+    log:
+        f"{PAPER_WORK}/logs/download.log",
+    shell:
+        "pods paper download --dest {PAPER_WORK}/release --manifest {input} > {log} 2>&1"
+
+
+rule paper_import:
+    input:
+        paper_release_files(),
+    output:
+        f"{PAPER_WORK}/import_report.json",
+    localrule: True
+    log:
+        f"{PAPER_WORK}/logs/import.log",
+    shell:
+        "pods paper import --src {PAPER_RELEASE} --out {PAPER_WORK} > {log} 2>&1"
+
+
+rule paper_outputs:
+    input:
+        f"{PAPER_WORK}/import_report.json",
+    output:
+        paper_figures_outputs(),
+    params:
+        figures=" ".join(paper_figure_names()),
+    localrule: True
+    log:
+        f"{PAPER_WORK}/logs/figures.log",
+    shell:
+        "pods paper figures --runs {PAPER_WORK} --out {PAPER_FIGURES_DIR} --figures {params.figures} "
+        "> {log} 2>&1 && cat {log}"
