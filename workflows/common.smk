@@ -101,7 +101,7 @@ def run_dir(run):
 # ---------------------------------------------------------------------------------------------
 _PROFILE_SCHEMA = None
 _PROFILES = {}
-PROFILE_DEFAULTS = dict(num_processes=1, nodes=1, launcher_args="", train={})
+PROFILE_DEFAULTS = dict(num_processes=1, nodes=1, launcher_args="", launcher_prefix="", train={})
 
 
 def hardware_profile(name):
@@ -124,26 +124,28 @@ def hardware_profile(name):
     return _PROFILES[name]
 
 
-# Launchers: profile -> the command prefix that runs `pods <command>` on every process of a run.
-# Multi-node launchers take their rank and rendezvous from the environment the scheduler sets up
-# (SLURM starts one task per node); launcher_args carries anything else (config files, ports).
+# Launchers: profile -> the command that runs `pods <command>` on every process of a run. The
+# profile's launcher_prefix and launcher_args go in verbatim (not quoted) so that they can use the
+# job's environment ($SLURM_JOB_NODELIST, $MASTER_ADDR, ...) for multi-node rendezvous.
 LAUNCHERS = {
-    "none": lambda p: ["pods"],
-    "accelerate": lambda p: [
-        "accelerate", "launch",
-        "--num_processes", str(p["num_processes"] * p["nodes"]),
-        "--num_machines", str(p["nodes"]),
-        *shlex.split(p["launcher_args"]), "-m", "pods.cli",
-    ],
-    "torchrun": lambda p: [
-        "torchrun", "--nnodes", str(p["nodes"]), "--nproc_per_node", str(p["num_processes"]),
-        *shlex.split(p["launcher_args"]), "-m", "pods.cli",
-    ],
-    "deepspeed": lambda p: [
-        "deepspeed", "--num_nodes", str(p["nodes"]), "--num_gpus", str(p["num_processes"]),
-        *shlex.split(p["launcher_args"]), "--module", "pods.cli",
-    ],
+    "none": lambda p: "pods",
+    "accelerate": lambda p: (
+        f"accelerate launch --num_processes {p['num_processes'] * p['nodes']} "
+        f"--num_machines {p['nodes']} {p['launcher_args']} -m pods.cli"
+    ),
+    "torchrun": lambda p: (
+        f"torchrun --nnodes {p['nodes']} --nproc_per_node {p['num_processes']} "
+        f"{p['launcher_args']} -m pods.cli"
+    ),
+    "deepspeed": lambda p: (
+        f"deepspeed --num_nodes {p['nodes']} --num_gpus {p['num_processes']} "
+        f"{p['launcher_args']} --module pods.cli"
+    ),
 }
+
+
+def launch_prefix(profile):
+    return " ".join(f"{profile['launcher_prefix']} {LAUNCHERS[profile['launcher']](profile)}".split())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,12 +198,9 @@ def train_overrides(benchmark, hardware, method, seed):
 
 def train_command(wildcards):
     profile = hardware_profile(wildcards.hardware)
-    argv = [
-        *LAUNCHERS[profile["launcher"]](profile), "train", "--config", config["trainer_config"],
-        *format_overrides(train_overrides(wildcards.benchmark, wildcards.hardware,
-                                          wildcards.method, wildcards.seed)),
-    ]
-    return shlex.join(argv)
+    overrides = train_overrides(wildcards.benchmark, wildcards.hardware, wildcards.method, wildcards.seed)
+    argv = ["train", "--config", config["trainer_config"], *format_overrides(overrides)]
+    return f"{launch_prefix(profile)} {shlex.join(argv)}"
 
 
 def warmstart_command(wildcards, output_dir):
