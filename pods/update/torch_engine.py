@@ -1,0 +1,132 @@
+"""`torch` update engine: one device, AdamW, grad-norm clipping, linear warm-up then constant LR."""
+from __future__ import annotations
+
+import contextlib
+import copy
+
+import torch
+
+from pods.grpo import policy_loss
+from pods.update.base import UpdateBatch, UpdateEngine
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def token_logprobs(model, batch: UpdateBatch) -> torch.Tensor:
+    """Log-probs `[B, T]` of the completion tokens of `batch` (0 on padding), one forward pass."""
+    positions = (batch.attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+    T = batch.completion_len
+    # only the T positions that predict completion tokens need the vocabulary projection
+    logits = model(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=positions,
+        use_cache=False, logits_to_keep=T + 1,
+    ).logits[:, :-1, :].float()
+    targets = batch.input_ids[:, -T:]
+    # logit of the token minus logsumexp: the same as log_softmax + gather without a [B, T, V] copy
+    picked = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    return picked * batch.completion_mask
+
+
+class TorchUpdateEngine(UpdateEngine):
+    """The policy and its AdamW on one device.
+
+    Args:
+        model: the policy to train; also what the `hf` rollout engine samples from.
+        config: a TrainConfig (lr, lr_warmup_steps, weight_decay, adam_beta1/2, max_grad_norm,
+            micro_batch, beta, always_compute_ref, eps_low/high, loss_agg, precision, device).
+    """
+
+    def __init__(self, *, model, config):
+        self.cfg = config
+        self.device = torch.device(config.device)
+        self.policy = model.to(self.device)
+        # dropout off for good: the ratio and the KL compare log-probs of the same weights, which
+        # must not differ by a dropout mask (gradients flow in eval mode all the same)
+        self.policy.eval()
+        self.optimizer = torch.optim.AdamW(
+            [p for p in self.policy.parameters() if p.requires_grad],
+            lr=config.lr, weight_decay=config.weight_decay, betas=(config.adam_beta1, config.adam_beta2),
+        )
+        warmup = config.lr_warmup_steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
+        )
+        # The reference model exists only when something reads it: with beta == 0 the KL term is
+        # zero, so its forward passes would be pure cost (the authors paid it, PAPER.md 4.7;
+        # `always_compute_ref` reproduces that cost).
+        self.reference = None
+        if config.beta > 0 or config.always_compute_ref:
+            self.reference = copy.deepcopy(self.policy).requires_grad_(False)
+
+    def _autocast(self):
+        if self.cfg.precision == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=_DTYPES[self.cfg.precision])
+
+    def _chunks(self, batch: UpdateBatch):
+        size = self.cfg.micro_batch
+        for start in range(0, len(batch), size):
+            stop = min(start + size, len(batch))
+            yield start, stop, batch.slice(start, stop).to(self.device)
+
+    @torch.no_grad()
+    def _logprobs_of(self, model, batch: UpdateBatch) -> torch.Tensor:
+        out = torch.zeros(batch.completion_mask.shape, dtype=torch.float32)
+        for start, stop, mb in self._chunks(batch):
+            with self._autocast():
+                out[start:stop, : mb.completion_len] = token_logprobs(model, mb).cpu()
+        return out
+
+    def logprobs(self, batch: UpdateBatch) -> torch.Tensor:
+        return self._logprobs_of(self.policy, batch)
+
+    def ref_logprobs(self, batch: UpdateBatch) -> torch.Tensor:
+        if self.reference is None:
+            raise ValueError("no reference model: it is kept only when beta > 0 or always_compute_ref")
+        return self._logprobs_of(self.reference, batch)
+
+    def step(self, batch, advantages, old_logprobs=None, ref_logprobs=None) -> dict[str, float]:
+        cfg = self.cfg
+        totals = dict(total_sequences=len(batch), total_tokens=batch.num_tokens, max_len=batch.completion_len)
+        loss_sum, kl_sum = 0.0, 0.0
+        for start, stop, mb in self._chunks(batch):
+            with self._autocast():
+                logprobs = token_logprobs(self.policy, mb)
+            T = mb.completion_len
+            old = logprobs.detach() if old_logprobs is None else old_logprobs[start:stop, :T].to(self.device)
+            ref = None if ref_logprobs is None else ref_logprobs[start:stop, :T].to(self.device)
+            # each micro-batch loss is already divided by the whole step's totals, so summing
+            # their gradients gives exactly the whole batch's gradient
+            loss, metrics = policy_loss(
+                logprobs, old, advantages[start:stop].to(self.device), mb.completion_mask,
+                ref_logprobs=ref, beta=cfg.beta, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
+                loss_agg=cfg.loss_agg, **totals,
+            )
+            loss.backward()
+            loss_sum += loss.item()
+            kl_sum += metrics.get("kl", 0.0) * (stop - start)
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        if cfg.max_grad_norm > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+        else:
+            grad_norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None]))
+        lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        result = {"loss": loss_sum, "grad_norm": float(grad_norm), "lr": lr}
+        if cfg.beta > 0:
+            result["kl"] = kl_sum / len(batch)
+        return result
+
+    def state_dict(self) -> dict:
+        return {
+            "model": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])

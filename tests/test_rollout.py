@@ -1,0 +1,132 @@
+"""The hf rollout engine against transformers' own generate, and the update batch it feeds."""
+import math
+
+import pytest
+import torch
+
+from pods.models import build_char_tokenizer, build_tiny_policy
+from pods.rollout import make_rollout_engine
+from pods.rollout.base import encode_prompts
+from pods.rollout.hf import HFRolloutEngine
+from pods.update import UpdateBatch
+from pods.update.torch_engine import token_logprobs
+
+torch.set_num_threads(1)
+TEXTS = ["1+2+3=", "4+5=", "7+8+9+1-3=", "0="]  # different lengths: left padding matters
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_char_tokenizer()
+
+
+@pytest.fixture(scope="module", params=["llama", "gpt2"])
+def model(request, tok):
+    return build_tiny_policy(tok, arch=request.param, n_layer=2, d_model=64, n_head=2, seed=1)
+
+
+class Ids:
+    """A tokenizer stand-in with a chosen EOS, to make rows stop early in an untrained model."""
+
+    def __init__(self, pad, eos):
+        self.pad_token_id, self.eos_token_id = pad, eos
+
+
+def hf_greedy(model, prompt, eos, max_new_tokens):
+    out = model.generate(
+        torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+        max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos, pad_token_id=0,
+    )[0, len(prompt):].tolist()
+    return out[: out.index(eos) + 1] if eos in out else out
+
+
+def test_greedy_equals_transformers_generate(model, tok):
+    prompts = encode_prompts(tok, TEXTS)
+    engine = HFRolloutEngine(model=model, tokenizer=tok)
+    got = engine.generate(prompts, 3, temperature=1.0, max_new_tokens=12, greedy=True)
+    assert got.completion_ids.shape[0] == len(TEXTS) * 3
+    assert got.group.tolist() == [g for g in range(len(TEXTS)) for _ in range(3)]
+    for row in range(len(got)):
+        mine = got.completion_ids[row][got.completion_mask[row].bool()].tolist()
+        assert mine == hf_greedy(model, prompts[row // 3], tok.eos_token_id, 12)
+
+
+def test_eos_stops_rows_and_pads_after(model, tok):
+    prompts = encode_prompts(tok, TEXTS)
+    # choose as "EOS" a token the greedy continuations produce early, so rows end at different times
+    free = HFRolloutEngine(model=model, tokenizer=tok).generate(prompts, 1, temperature=1.0, max_new_tokens=12, greedy=True)
+    eos = int(free.completion_ids[0, 2])
+    engine = HFRolloutEngine(model=model, tokenizer=Ids(tok.pad_token_id, eos))
+    got = engine.generate(prompts, 2, temperature=1.0, max_new_tokens=12, greedy=True)
+    lengths = got.lengths.tolist()
+    assert min(lengths) <= 3 and got.completion_ids.shape[1] == max(lengths)
+    for row in range(len(got)):
+        L = lengths[row]
+        expected = hf_greedy(model, prompts[row // 2], eos, 12)
+        assert got.completion_ids[row, :L].tolist() == expected
+        assert got.completion_mask[row, :L].all() and not got.completion_mask[row, L:].any()
+        assert (got.completion_ids[row, L:] == tok.pad_token_id).all()
+
+
+def test_prompt_is_prefilled_once_then_one_token_per_call(model, tok):
+    prompts = encode_prompts(tok, TEXTS)
+    shapes = []
+    hook = model.register_forward_pre_hook(lambda mod, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    try:
+        HFRolloutEngine(model=model, tokenizer=tok).generate(prompts, 8, temperature=1.0, max_new_tokens=5)
+    finally:
+        hook.remove()
+    width = max(map(len, prompts))
+    assert shapes[0] == (len(TEXTS), width)  # G rows, not G * n
+    assert all(s[1] == 1 for s in shapes[1:]) and len(shapes) <= 5
+
+
+def test_sampling_follows_the_tempered_distribution(model, tok):
+    prompt = encode_prompts(tok, ["3+4="])
+    temperature = 0.7
+    with torch.no_grad():
+        logits = model(torch.tensor(prompt)).logits[0, -1].float()
+    expected = torch.softmax(logits / temperature, -1)
+    n = 4000
+    torch.manual_seed(0)
+    got = HFRolloutEngine(model=model, tokenizer=tok).generate(prompt, n, temperature=temperature, max_new_tokens=1)
+    freq = torch.bincount(got.completion_ids[:, 0], minlength=len(expected)).double() / n
+    top = expected.argsort(descending=True)[:5]
+    # binomial standard error; 5 sigma
+    assert ((freq[top] - expected[top]).abs() <= 5 * (expected[top] * (1 - expected[top]) / n).sqrt() + 1e-3).all()
+
+
+def test_seed_gives_private_reproducible_stream(model, tok):
+    prompts = encode_prompts(tok, TEXTS)
+    engine = HFRolloutEngine(model=model, tokenizer=tok)
+    torch.manual_seed(5)
+    before = torch.get_rng_state()
+    a = engine.generate(prompts, 4, temperature=1.0, max_new_tokens=8, seed=11)
+    assert torch.equal(torch.get_rng_state(), before)
+    b = engine.generate(prompts, 4, temperature=1.0, max_new_tokens=8, seed=11)
+    assert torch.equal(a.completion_ids, b.completion_ids)
+
+
+def test_update_batch_logprobs_match_unpadded_rows_and_micro_batches(model, tok):
+    prompts = encode_prompts(tok, TEXTS)
+    torch.manual_seed(0)
+    rollouts = make_rollout_engine("hf", model=model, tokenizer=tok, config=None).generate(
+        prompts, 4, temperature=1.0, max_new_tokens=10
+    )
+    rows = torch.tensor([1, 3, 6, 9, 12, 15])
+    batch = UpdateBatch.from_rollouts(rollouts, rows, tok.pad_token_id)
+    assert len(batch) == 6 and batch.num_tokens == int(rollouts.completion_mask[rows].sum())
+    with torch.no_grad():
+        full = token_logprobs(model, batch)
+        for i, r in enumerate(rows.tolist()):
+            L = int(rollouts.lengths[r])
+            ids = prompts[r // 4] + rollouts.completion_ids[r, :L].tolist()
+            logp = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
+            alone = logp[len(prompts[r // 4]) - 1 : len(ids) - 1].gather(-1, torch.tensor(ids[len(prompts[r // 4]):])[:, None])
+            torch.testing.assert_close(full[i, :L], alone.squeeze(-1), atol=1e-5, rtol=1e-5)
+            assert (full[i, L:] == 0).all()
+        for start in range(0, 6, 2):
+            part = batch.slice(start, start + 2)
+            assert part.input_ids.shape[1] <= batch.input_ids.shape[1]
+            torch.testing.assert_close(token_logprobs(model, part), full[start:start + 2, : part.completion_len], atol=1e-5, rtol=1e-5)
+            assert not full[start:start + 2, part.completion_len:].any()
