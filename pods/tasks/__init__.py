@@ -20,6 +20,8 @@ TASKS: dict[str, Callable[..., Task]] = {
     "arith": partial(ChainArithmetic, name="arith", min_terms=3, max_terms=4, format_bonus=0.1),
     "arith_hard": partial(ChainArithmetic, name="arith_hard", min_terms=5, max_terms=6, format_bonus=0.0),
     "gsm8k": GSM8K,
+    "gsm8k_llama": partial(GSM8K, reward="llama", metric="both_acc"),
+    "gsm8k_r1": partial(GSM8K, reward="open_r1", metric="latex_accuracy"),
     "math": MathTrain,
     "math500": Math500,
     "amc23": AMC23,

@@ -1,0 +1,132 @@
+"""The `lora` update engine on a tiny Qwen2 model built from a config (CPU, no download)."""
+import dataclasses
+import importlib.util
+import io
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from pods.config import TrainConfig
+from pods.update.base import UpdateBatch
+from pods.update.lora import LoraOptions, LoraUpdateEngine
+from pods.update.torch_engine import TorchUpdateEngine
+
+VOCAB = 48
+
+
+def tiny_qwen2(seed: int = 0) -> Qwen2ForCausalLM:
+    config = Qwen2Config(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True, pad_token_id=0,
+    )
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(config)
+
+
+def make_batch(rows: int = 8, prompt: int = 6, completion: int = 7, seed: int = 0) -> UpdateBatch:
+    """Left-padded prompts of varied length, completions that end at varied points."""
+    g = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(1, VOCAB, (rows, prompt + completion), generator=g)
+    attention = torch.ones_like(input_ids)
+    completion_mask = torch.ones(rows, completion, dtype=torch.long)
+    for i in range(rows):
+        pad = i % 3
+        attention[i, :pad] = 0
+        input_ids[i, :pad] = 0
+        end = completion - (i % 4)
+        completion_mask[i, end:] = 0
+        attention[i, prompt + end:] = 0
+        input_ids[i, prompt + end:] = 0
+    return UpdateBatch(input_ids=input_ids, attention_mask=attention, completion_mask=completion_mask)
+
+
+def train_config(**extra) -> TrainConfig:
+    cfg = TrainConfig(lr=1e-2, micro_batch=4, max_grad_norm=0.0, weight_decay=0.0)
+    for key, value in extra.items():  # engine options are plain attributes of the config object
+        setattr(cfg, key, value)
+    return cfg
+
+
+def lora_config(**extra) -> TrainConfig:
+    return train_config(lora_rank=4, lora_alpha=8, lora_target_modules="q_proj,v_proj,up_proj", **extra)
+
+
+def test_adapter_starts_as_the_base_and_trains_alone():
+    torch.set_num_threads(1)
+    batch, adv = make_batch(), torch.linspace(-1.0, 1.0, 8)
+    base = TorchUpdateEngine(model=tiny_qwen2(), config=train_config())
+    lora = LoraUpdateEngine(model=tiny_qwen2(), config=lora_config())
+    start = lora.logprobs(batch)
+    # B = 0 at initialisation: same log-probs as the plain model, and the reference is the base
+    assert torch.allclose(start, base.logprobs(batch), atol=1e-6)
+    assert torch.equal(lora.ref_logprobs(batch), start)
+    # the first step's loss equals the full model's (same outputs, same loss)
+    frozen = {k: v.clone() for k, v in lora.policy.named_parameters() if "lora_" not in k}
+    out_lora, out_base = lora.step(batch, adv), base.step(batch, adv)
+    assert out_lora["loss"] == pytest.approx(out_base["loss"], rel=1e-5)
+    # only adapter weights moved; the policy changed; the reference did not
+    for name, param in lora.policy.named_parameters():
+        if "lora_" not in name:
+            assert torch.equal(param, frozen[name]), name
+    assert not torch.allclose(lora.logprobs(batch), start, atol=1e-4)
+    assert torch.allclose(lora.ref_logprobs(batch), start, atol=1e-6)
+    trainable = sum(p.numel() for p in lora.policy.parameters() if p.requires_grad)
+    assert 0 < trainable < sum(p.numel() for p in lora.policy.parameters()) / 4
+
+
+def test_micro_batching_gives_the_whole_batch_update():
+    batch, adv = make_batch(), torch.linspace(-1.0, 1.0, 8)
+    one = LoraUpdateEngine(model=tiny_qwen2(), config=lora_config())
+    one.cfg.micro_batch = 8
+    four = LoraUpdateEngine(model=tiny_qwen2(), config=lora_config())
+    four.cfg.micro_batch = 2
+    a, b = one.step(batch, adv), four.step(batch, adv)
+    assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+    assert torch.allclose(one.logprobs(batch), four.logprobs(batch), atol=1e-5)
+
+
+def test_kl_against_the_adapter_free_base():
+    cfg = lora_config(beta=0.04)
+    lora = LoraUpdateEngine(model=tiny_qwen2(), config=cfg)
+    batch, adv = make_batch(), torch.linspace(-1.0, 1.0, 8)
+    first = lora.step(batch, adv, ref_logprobs=lora.ref_logprobs(batch))
+    second = lora.step(batch, adv, ref_logprobs=lora.ref_logprobs(batch))
+    assert first["kl"] == pytest.approx(0.0, abs=1e-7)  # policy == reference before any update
+    assert second["kl"] > 1e-7
+
+
+def test_checkpoint_holds_the_adapter_only_and_resumes_exactly():
+    batch, adv = make_batch(), torch.linspace(-1.0, 1.0, 8)
+    a = LoraUpdateEngine(model=tiny_qwen2(), config=lora_config())
+    a.step(batch, adv)
+    buffer = io.BytesIO()  # through bytes, as a checkpoint file: no tensor is shared with `a`
+    torch.save(a.state_dict(), buffer)
+    buffer.seek(0)
+    state = torch.load(buffer)
+    assert state["adapter"] and all("lora_" in k for k in state["adapter"])
+    b = LoraUpdateEngine(model=tiny_qwen2(), config=lora_config())
+    b.load_state_dict(state)
+    assert torch.allclose(a.logprobs(batch), b.logprobs(batch), atol=1e-6)
+    batch2 = make_batch(seed=1)
+    a.step(batch2, adv)
+    b.step(batch2, adv)  # the optimiser moments came back too
+    assert torch.allclose(a.logprobs(batch), b.logprobs(batch), atol=1e-6)
+
+
+def test_options_and_bad_input():
+    opts = LoraOptions.from_config(lora_config())
+    assert (opts.lora_rank, opts.lora_alpha, opts.target_modules) == (4, 8, ["q_proj", "v_proj", "up_proj"])
+    paper = LoraOptions()
+    assert (paper.lora_rank, paper.lora_alpha) == (64, 64) and len(paper.target_modules) == 7
+    with pytest.raises(ValueError, match="lora_rank"):
+        LoraOptions.from_config(train_config(lora_rank=0))
+    with pytest.raises(ValueError, match="optimizer"):
+        LoraOptions.from_config(train_config(optimizer="sgd"))
+    if importlib.util.find_spec("bitsandbytes") is None:
+        with pytest.raises(ValueError, match="bitsandbytes"):
+            LoraOptions.from_config(train_config(optimizer="adamw_8bit"))
+        with pytest.raises(ValueError, match="bitsandbytes"):
+            LoraUpdateEngine(model=tiny_qwen2(), config=lora_config(load_in_4bit=True))
+    # every option is documented where it lives
+    assert all(f.metadata.get("help") for f in dataclasses.fields(LoraOptions))
