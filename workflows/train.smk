@@ -9,17 +9,21 @@
 # step 0. Declaring evals.jsonl/steps.jsonl as outputs would make Snakemake delete the partial
 # curves (and with `directory()` the checkpoint too) before the rerun.
 #
-# Cached results. The base model and the trainer defaults are `ancient` inputs: a run that already
-# has its summary.json (the committed results/, or a finished run) is never retrained because a
-# base model was rebuilt, is missing (a fresh clone has no models/), or a file was touched.
-# Changing a run's command line (params) still retrains it where Snakemake has a record of the
-# run, which is what a changed config should do.
+# Cached results. The base model and the trainer defaults are `ancient` inputs: a finished run is
+# not retrained because a file was touched or rebuilt. Snakemake still reruns a job whose input
+# another job is about to create, so a finished run whose base model is not on disk (a fresh clone
+# with the committed results/ has no models/) does not ask for one: otherwise training any new
+# run (say the ablations) would rebuild the warm start and retrain every cached run after it.
+# Changing a run's command line (params) still retrains it where Snakemake has a record of it,
+# which is what a changed config should do.
 
 
 def train_inputs(wc):
     inputs = {"trainer_config": ancient(config["trainer_config"])}
-    if uses_warmstart(wc.benchmark):
-        inputs["base_model"] = ancient(warmstart_marker(wc.benchmark))
+    marker = warmstart_marker(wc.benchmark) if uses_warmstart(wc.benchmark) else None
+    finished = Path(RUN_DIR.format(**wc) + "/summary.json").exists()
+    if marker and (Path(marker).exists() or not finished):
+        inputs["base_model"] = ancient(marker)
     return inputs
 
 

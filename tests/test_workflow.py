@@ -1,0 +1,306 @@
+"""The Snakemake workflow: which jobs a study config yields, that bad configs stop before any job,
+that cached results are never retrained, and (slow) the smoke study run for real end to end.
+
+Every call runs Snakemake in the repository (so the workflow profile and the configs are the
+real ones) with the study's outputs redirected to a temporary folder.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pods.config import parse_method
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def snakemake(*args: str, tmp: Path, check: bool = True) -> subprocess.CompletedProcess:
+    """Run snakemake in the repo; outputs go under `tmp` via a last config layer."""
+    out = tmp / "out.yaml"
+    if not out.exists():
+        out.write_text(yaml.safe_dump({
+            "results_dir": str(tmp / "results"), "models_dir": str(tmp / "models"),
+            "figures_dir": str(tmp / "figures"),
+        }))
+    args = list(args)
+    # --configfile takes several files: the redirect goes last so that it wins over a study's.
+    if "--configfile" in args:
+        i = args.index("--configfile") + 1
+        while i < len(args) and not args[i].startswith("-"):
+            i += 1
+        args.insert(i, str(out))
+    else:
+        args += ["--configfile", str(out)]
+    proc = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=REPO, env=ENV,
+                          capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def job_counts(text: str) -> dict[str, int]:
+    """The 'Job stats' table Snakemake prints (dry run or real run)."""
+    block = text.split("Job stats:", 1)[1]
+    counts = {}
+    for line in block.splitlines()[3:]:
+        parts = line.split()
+        if len(parts) != 2 or not parts[1].isdigit():
+            break
+        counts[parts[0]] = int(parts[1])
+    return counts
+
+
+def train_commands(text: str) -> list[str]:
+    return sorted(set(re.findall(r"^(?:Shell command: )?(.*\bpods(?:\.cli)? train .*)$", text, flags=re.M)))
+
+
+def parse_overrides(command: str) -> dict[str, str]:
+    return dict(tok.split("=", 1) for tok in command.split(" > ")[0].split() if "=" in tok and not tok.startswith("-"))
+
+
+def expected_runs(config: dict) -> set[tuple]:
+    """Brute force over the config: every arm of every comparison on every benchmark/hardware/seed."""
+    runs = set()
+    for comp in config["comparisons"]:
+        seeds = comp.get("seeds", config["seeds"])
+        for bench, hw, method, seed in itertools.product(
+            comp["benchmarks"], comp["hardware"], [comp["baseline"], *comp["methods"]], seeds
+        ):
+            runs.add((bench, hw, method, seed))
+    return runs
+
+
+def study_config(*layers: str) -> dict:
+    config = {}
+    for layer in ("config/config.yaml", *layers):
+        config.update(yaml.safe_load((REPO / layer).read_text()))
+    return config
+
+
+# ---------------------------------------------------------------------------------------------
+# Dry runs
+# ---------------------------------------------------------------------------------------------
+def test_default_study_dry_run_trains_each_run_once(tmp_path):
+    proc = snakemake("-n", "-p", "reproduce", tmp=tmp_path)
+    config = study_config()
+    runs = expected_runs(config)
+    # The study the issue asks for: both designs on both benchmarks, >= 5 seeds each.
+    designs = {(c["design"], b) for c in config["comparisons"] for b in c["benchmarks"]}
+    assert designs == {(d, b) for d in ("equal_update", "equal_generation") for b in ("arith", "arith_hard")}
+    assert all(len(c.get("seeds", config["seeds"])) >= 5 for c in config["comparisons"])
+    # The PODS arm serves both designs but is trained once: 2 benchmarks x 3 methods x 5 seeds.
+    assert len(runs) == 30
+    counts = job_counts(proc.stdout)
+    assert counts["train"] == len(runs)
+    assert counts["warmstart"] == 2 and counts["analyze"] == 1
+
+    commands = train_commands(proc.stdout)
+    assert len(commands) == len(runs)
+    seen = set()
+    for command in commands:
+        assert command.startswith("pods train --config config/train-cpu.yaml ")
+        o = parse_overrides(command)
+        method = Path(o["run_dir"]).parent.name
+        parsed = parse_method(method)
+        assert (int(o["n"]), int(o["m"]), o["rule"]) == (parsed.n, parsed.m, parsed.rule)
+        assert o["run_dir"] == str(tmp_path / f"results/runs/{o['benchmark']}/{o['hardware']}/{method}/seed{o['seed']}")
+        assert o["base_model"] == str(tmp_path / f"models/{o['benchmark']}/base")
+        assert o["num_threads"] == "1"
+        seen.add((o["benchmark"], o["hardware"], method, int(o["seed"])))
+    assert seen == runs
+
+
+def test_ablations_reuse_the_main_runs(tmp_path):
+    """With the main study's runs done, the ablations train only their new arms."""
+    main = expected_runs(study_config())
+    for bench, hw, method, seed in main:
+        run = tmp_path / f"results/runs/{bench}/{hw}/{method}/seed{seed}"
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text("{}")
+    proc = snakemake("-n", "-p", "reproduce", "--configfile", "config/ablations.yaml", tmp=tmp_path)
+    ablation = expected_runs(study_config("config/ablations.yaml"))
+    new = ablation - main
+    assert job_counts(proc.stdout)["train"] == len(new) == 21
+    trained = {(o["benchmark"], o["hardware"], Path(o["run_dir"]).parent.name, int(o["seed"]))
+               for o in map(parse_overrides, train_commands(proc.stdout))}
+    assert trained == new
+    # Its tables go beside, not over, the default study's.
+    assert str(tmp_path / "results/ablations/summary.csv") in proc.stdout
+    for kind in ("n_scaling", "m_scaling", "rule"):
+        assert str(tmp_path / f"figures/arith/cpu/{kind}.png") in proc.stdout
+
+
+def test_cached_results_are_never_retrained(tmp_path):
+    """`figures` on committed runs: no warm start, no training, even with no models/ and touched configs."""
+    for bench, hw, method, seed in expected_runs(study_config()):
+        run = tmp_path / f"results/runs/{bench}/{hw}/{method}/seed{seed}"
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text("{}")
+    # A trainer defaults file newer than every run: ancient, so it triggers nothing.
+    trainer = tmp_path / "train.yaml"
+    trainer.write_text((REPO / study_config()["trainer_config"]).read_text())
+    layer = tmp_path / "trainer.yaml"
+    layer.write_text(yaml.safe_dump({"trainer_config": str(trainer)}))
+    for target in ("figures", "reproduce"):
+        counts = job_counts(snakemake("-n", target, "--configfile", str(layer), tmp=tmp_path).stdout)
+        assert "train" not in counts and "warmstart" not in counts
+        assert counts["analyze"] == 1 and counts["plot_accuracy"] == 4
+
+
+@pytest.mark.parametrize("layer", ["config/large.yaml", "config/smoke.yaml"])
+def test_other_studies_dry_run(tmp_path, layer):
+    proc = snakemake("-n", "reproduce", "--configfile", layer, tmp=tmp_path)
+    assert job_counts(proc.stdout)["train"] == len(expected_runs(study_config(layer)))
+
+
+BAD_CONFIGS = [
+    ({"seeds": [-1]}, "seeds"),
+    ({"seed": [0]}, "seed"),  # unknown top-level key
+    ({"comparisons": [{"name": "main", "design": "equal_updates", "benchmarks": ["arith"], "hardware": ["cpu"],
+                       "baseline": "grpo-n16-m16", "methods": ["pods-max_variance-n64-m16"]}]}, "design"),
+    ({"comparisons": [{"name": "main", "design": "equal_update", "benchmarks": ["arith"], "hardware": ["cpu"],
+                       "baseline": "grpo-n16-m16", "methods": ["pods-max_variance-n64-m8"]}]},
+     "comparisons[0].methods[0]"),
+    ({"comparisons": [{"name": "main", "design": "equal_generation", "benchmarks": ["arith"], "hardware": ["cpu"],
+                       "baseline": "grpo-n64-m64", "methods": ["pods-max_variance-n32-m16"]}]},
+     "comparisons[0].methods[0]"),
+    ({"comparisons": [{"name": "main", "design": "equal_update", "benchmarks": ["gsm9k"], "hardware": ["cpu"],
+                       "baseline": "grpo-n16-m16", "methods": ["pods-max_variance-n64-m16"]}]},
+     "comparisons[0].benchmarks"),
+    ({"comparisons": [{"name": "main", "design": "equal_update", "benchmarks": ["arith"], "hardware": ["tpu"],
+                       "baseline": "grpo-n16-m16", "methods": ["pods-max_variance-n64-m16"]}]},
+     "comparisons[0].hardware"),
+    ({"comparisons": [{"name": "main", "design": "equal_update", "benchmarks": ["arith"], "hardware": ["cpu"],
+                       "baseline": "grpo-n16-m16", "methods": ["pods-max_varience-n64-m16"]}]}, "methods"),
+    ({"train": {"Max-Steps": 3}}, "train"),
+]
+
+
+@pytest.mark.parametrize("bad,key", BAD_CONFIGS)
+def test_bad_config_fails_before_any_job_naming_the_key(tmp_path, bad, key):
+    layer = tmp_path / "bad.yaml"
+    layer.write_text(yaml.safe_dump(bad))
+    proc = snakemake("--cores", "1", "reproduce", "--configfile", str(layer), tmp=tmp_path, check=False)
+    assert proc.returncode != 0
+    text = proc.stdout + proc.stderr
+    assert key in text
+    assert "Job stats" not in text  # failed while parsing: no DAG, no job
+    assert not (tmp_path / "results").exists() and not (tmp_path / "models").exists()
+
+
+def test_bad_hardware_profile_names_file_and_key(tmp_path):
+    hw = tmp_path / "hardware"
+    hw.mkdir()
+    profile = yaml.safe_load((REPO / "config/hardware/cpu.yaml").read_text())
+    (hw / "cpu.yaml").write_text(yaml.safe_dump({**profile, "launcher": "mpirun"}))
+    layer = tmp_path / "hw.yaml"
+    layer.write_text(yaml.safe_dump({"hardware_dir": str(hw)}))
+    proc = snakemake("-n", "reproduce", "--configfile", str(layer), tmp=tmp_path, check=False)
+    assert proc.returncode != 0
+    assert f"{hw / 'cpu.yaml'}: launcher: 'mpirun' is not one of" in proc.stdout + proc.stderr
+
+
+LAUNCHES = {
+    "accelerate": "accelerate launch --num_processes 16 --num_machines 2 --config_file acc.yaml -m pods.cli train ",
+    "torchrun": "srun --ntasks-per-node=1 torchrun --nnodes 2 --nproc_per_node 8 --config_file acc.yaml -m pods.cli train ",
+    "deepspeed": "deepspeed --num_nodes 2 --num_gpus 8 --config_file acc.yaml --module pods.cli train ",
+}
+
+
+def test_hardware_profiles_build_launcher_and_resources(tmp_path):
+    """One profile per launcher, 2 nodes x 8 processes: the command line and the job's resources."""
+    hw = tmp_path / "hardware"
+    hw.mkdir()
+    for launcher in LAUNCHES:
+        profile = {
+            "launcher": launcher, "num_processes": 8, "nodes": 2, "launcher_args": "--config_file acc.yaml",
+            "launcher_prefix": "srun --ntasks-per-node=1" if launcher == "torchrun" else "",
+            "threads": 32, "resources": {"gpu": 16, "mem_mb": 64000, "nodes": 2, "tasks": 2, "slurm_partition": "gpu"},
+            "train": {"device": "cuda", "precision": "bf16"},
+        }
+        (hw / f"{launcher}.yaml").write_text(yaml.safe_dump(profile))
+    layer = tmp_path / "gpu.yaml"
+    layer.write_text(yaml.safe_dump({
+        "hardware_dir": str(hw), "seeds": [0],
+        "comparisons": [{"name": "main", "design": "equal_generation", "benchmarks": ["arith"],
+                         "hardware": list(LAUNCHES), "baseline": "grpo-n64-m64",
+                         "methods": ["pods-max_variance-n64-m16"]}],
+    }))
+    # A cluster-sized core count: locally Snakemake caps a job's threads at --cores.
+    proc = snakemake("-n", "-p", "--cores", "64", "reproduce", "--configfile", str(layer), tmp=tmp_path)
+    commands = train_commands(proc.stdout)
+    assert len(commands) == 2 * len(LAUNCHES)
+    for command in commands:
+        o = parse_overrides(command)
+        assert command.startswith(LAUNCHES[o["hardware"]]), command
+        assert (o["device"], o["precision"]) == ("cuda", "bf16")
+    resources = [line for line in proc.stdout.splitlines() if "resources:" in line and "gpu=16" in line]
+    assert len(resources) == 2 * len(LAUNCHES)
+    assert all("mem_mb=64000" in r and "slurm_partition=gpu" in r for r in resources)
+    assert proc.stdout.count("threads: 32") == 2 * len(LAUNCHES)
+
+
+# ---------------------------------------------------------------------------------------------
+# The smoke study, for real
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_smoke_study_end_to_end_then_figures_from_cache(tmp_path):
+    config = study_config("config/smoke.yaml")
+    runs = expected_runs(config)
+    proc = snakemake("--cores", "2", "reproduce", "--configfile", "config/smoke.yaml", tmp=tmp_path)
+    counts = job_counts(proc.stdout + proc.stderr)
+    assert counts["train"] == len(runs) and counts["warmstart"] == len(config["benchmarks"])
+
+    results = tmp_path / "results"
+    for bench, hw, method, seed in runs:
+        run = results / f"runs/{bench}/{hw}/{method}/seed{seed}"
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["status"] == "complete" and summary["method"] == method and summary["seed"] == seed
+        steps = [json.loads(line) for line in (run / "steps.jsonl").read_text().splitlines()]
+        parsed = parse_method(method)
+        prompts = steps[0]["rollouts_generated"] // parsed.n
+        assert all(s["rollouts_generated"] == prompts * parsed.n and s["rollouts_trained"] == prompts * parsed.m
+                   for s in steps)
+        evals = [json.loads(line) for line in (run / "evals.jsonl").read_text().splitlines()]
+        assert evals[0]["train_time_s"] == 0 and len(evals) >= 2
+
+    import pandas as pd
+
+    table = pd.read_csv(results / "summary.csv")
+    study = yaml.safe_load((results / "study.yaml").read_text())["comparisons"]
+    expected_rows = {(c["benchmark"], c["design"], c["baseline"], c["method"]) for c in study}
+    assert set(zip(table["benchmark"], table["design"], table["baseline"], table["method"])) == expected_rows
+    assert (results / "summary.md").read_text().count("\n") > len(study)
+    figures = sorted((tmp_path / "figures").rglob("*.png"))
+    assert figures and all(p.with_suffix(".pdf").stat().st_size > 0 for p in figures)
+
+    # Cached results: without the models and with tables and figures gone, `figures` rebuilds
+    # them from the run files alone, rewriting none of them.
+    import shutil
+
+    shutil.rmtree(tmp_path / "models")
+    run_files = {p: p.stat().st_mtime_ns for p in (results / "runs").rglob("*") if p.is_file()}
+    (results / "summary.csv").unlink()
+    shutil.rmtree(tmp_path / "figures")
+    proc = snakemake("figures", "--configfile", "config/smoke.yaml", tmp=tmp_path)
+    counts = job_counts(proc.stdout + proc.stderr)
+    assert "train" not in counts and "warmstart" not in counts
+    assert sorted((tmp_path / "figures").rglob("*.png")) == figures
+    assert {p: p.stat().st_mtime_ns for p in (results / "runs").rglob("*") if p.is_file()} == run_files
+
+    # The report: every figure in it, with its caption.
+    report = tmp_path / "report.html"
+    snakemake("--report", str(report), "--configfile", "config/smoke.yaml", tmp=tmp_path)
+    html = report.read_text()
+    for png in figures:
+        assert png.name in html
+    assert "Selection rules at the same n and m" in html or "rule" not in {p.stem for p in figures}
