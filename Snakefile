@@ -6,8 +6,6 @@
 #   snakemake --report report.html          every figure, captioned
 #
 # Other studies layer a config over the default: --configfile config/{smoke,ablations,large,paper}.yaml
-from pathlib import Path
-
 from snakemake.utils import min_version, validate
 
 min_version("8.0")
@@ -27,14 +25,7 @@ include: "workflows/data.smk"
 include: "workflows/train.smk"
 include: "workflows/analysis.smk"
 include: "workflows/figures.smk"
-if Path("workflows/paper.smk").exists():
-
-    include: "workflows/paper.smk"
-
-else:
-
-    def paper_figures_outputs():
-        return []
+include: "workflows/paper.smk"
 
 
 rule reproduce:

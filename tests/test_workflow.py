@@ -125,7 +125,7 @@ def test_ablations_reuse_the_main_runs(tmp_path):
     for bench, hw, method, seed in main:
         run = tmp_path / f"results/runs/{bench}/{hw}/{method}/seed{seed}"
         run.mkdir(parents=True)
-        (run / "summary.json").write_text("{}")
+        (run / "summary.json").write_text(json.dumps({"status": "complete"}))
     proc = snakemake("-n", "-p", "reproduce", "--configfile", "config/ablations.yaml", tmp=tmp_path)
     ablation = expected_runs(study_config("config/ablations.yaml"))
     new = ablation - main
@@ -144,7 +144,7 @@ def test_cached_results_are_never_retrained(tmp_path):
     for bench, hw, method, seed in expected_runs(study_config()):
         run = tmp_path / f"results/runs/{bench}/{hw}/{method}/seed{seed}"
         run.mkdir(parents=True)
-        (run / "summary.json").write_text("{}")
+        (run / "summary.json").write_text(json.dumps({"status": "complete"}))
     # A trainer defaults file newer than every run: ancient, so it triggers nothing.
     trainer = tmp_path / "train.yaml"
     trainer.write_text((REPO / study_config()["trainer_config"]).read_text())

@@ -4,6 +4,7 @@
 # this file expands them into runs, checks what the schema cannot (a design's n/m relations, that
 # every benchmark and hardware profile exists), and builds the trainer command of each run from
 # its hardware profile. Any problem raises ValueError naming the config key, before any job runs.
+import json
 import shlex
 from pathlib import Path
 
@@ -94,6 +95,17 @@ def study_runs(rows):
 
 def run_dir(run):
     return RUN_DIR.format(**run)
+
+
+def run_status(path):
+    """`complete` once the trainer finished the run, `running` mid-run, None before it started."""
+    summary = Path(path, "summary.json")
+    if not summary.exists():
+        return None
+    try:
+        return json.loads(summary.read_text()).get("status")
+    except (ValueError, AttributeError):
+        return None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,6 +9,9 @@
 # step 0. Declaring evals.jsonl/steps.jsonl as outputs would make Snakemake delete the partial
 # curves (and with `directory()` the checkpoint too) before the rerun.
 #
+# The trainer also rewrites summary.json (status "running") at every checkpoint; a job that is
+# killed leaves it marked incomplete, and the rerun deletes it before resuming.
+#
 # Cached results. The base model and the trainer defaults are `ancient` inputs: a finished run is
 # not retrained because a file was touched or rebuilt. Snakemake still reruns a job whose input
 # another job is about to create, so a finished run whose base model is not on disk (a fresh clone
@@ -21,7 +24,7 @@
 def train_inputs(wc):
     inputs = {"trainer_config": ancient(config["trainer_config"])}
     marker = warmstart_marker(wc.benchmark) if uses_warmstart(wc.benchmark) else None
-    finished = Path(RUN_DIR.format(**wc) + "/summary.json").exists()
+    finished = run_status(RUN_DIR.format(**wc)) == "complete"
     if marker and (Path(marker).exists() or not finished):
         inputs["base_model"] = ancient(marker)
     return inputs
