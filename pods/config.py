@@ -297,6 +297,11 @@ def _coerce(key: str, value: Any) -> Any:
     elif base == "float":
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str):  # PyYAML reads `1e-4` (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
     elif base == "str":
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
