@@ -218,17 +218,18 @@ def align_to_grid(df: pd.DataFrame, grid: Sequence[float], how: str = "nearest",
     _check_columns(df, ["seed", "train_time_s", value], "align_to_grid input")
     grid = np.asarray(grid, dtype=float)
     keys = [k for k in ("benchmark", "hardware", "method", "eval_set") if k in df.columns] + ["seed"]
-    frames = []
+    groups, values = [], []
     for group, part in df.dropna(subset=[value]).groupby(keys, sort=True):
-        part = part.sort_values("train_time_s", kind="stable")
-        aligned = ALIGNERS[how](part["train_time_s"].to_numpy(float), part[value].to_numpy(float), grid)
-        frame = pd.DataFrame({"t": grid, value: aligned})
-        for key, val in zip(keys, group if isinstance(group, tuple) else (group,)):
-            frame.insert(len(frame.columns) - 2, key, val)
-        frames.append(frame)
-    if not frames:
+        order = np.argsort(part["train_time_s"].to_numpy(float), kind="stable")
+        times = part["train_time_s"].to_numpy(float)[order]
+        groups.append(group if isinstance(group, tuple) else (group,))
+        values.append(ALIGNERS[how](times, part[value].to_numpy(float)[order], grid))
+    if not groups:
         return pd.DataFrame(columns=keys + ["t", value])
-    return pd.concat(frames, ignore_index=True)
+    out = pd.DataFrame(np.repeat(np.array(groups, dtype=object), len(grid), axis=0), columns=keys)
+    out["t"] = np.tile(grid, len(groups))
+    out[value] = np.concatenate(values)
+    return out.astype({"seed": int})
 
 
 def _single_arm(df: pd.DataFrame, what: str) -> None:
@@ -269,7 +270,8 @@ def mean_curve(df: pd.DataFrame, grid: Sequence[float], how: str = "nearest",
 
 def default_grid(df: pd.DataFrame) -> np.ndarray:
     """The common evaluation times when every seed shares them (checkpoint schedules); otherwise
-    a regular grid at the median evaluation interval up to the shortest seed's last evaluation."""
+    a regular grid at the median evaluation interval (snapped to a round clock interval) up to the
+    shortest seed's last evaluation."""
     _check_columns(df, ["seed", "train_time_s"], "default_grid input")
     per_seed = [np.unique(g["train_time_s"].to_numpy(float)) for _, g in df.groupby(
         [k for k in RUN_KEYS if k in df.columns])]
@@ -277,9 +279,19 @@ def default_grid(df: pd.DataFrame) -> np.ndarray:
         raise ValueError("no evaluations to build a grid from")
     if all(len(s) == len(per_seed[0]) and np.array_equal(s, per_seed[0]) for s in per_seed):
         return per_seed[0]
-    spacing = float(np.median(np.concatenate([np.diff(s) for s in per_seed if len(s) > 1])))
+    spacing = snap_interval(float(np.median(np.concatenate([np.diff(s) for s in per_seed if len(s) > 1]))))
     t_max = min(float(s[-1]) for s in per_seed)
     return regular_grid(spacing, t_max)
+
+
+CLOCK_INTERVALS_S = (1, 2, 5, 10, 15, 20, 30, 60, 120, 180, 300, 600, 900, 1200, 1800, 3600, 7200)
+
+
+def snap_interval(spacing_s: float, tolerance: float = 0.1) -> float:
+    """Evaluations land a little after their schedule (the step in progress finishes first), so a
+    measured interval within 10% of a round clock interval is that interval."""
+    nearest = min(CLOCK_INTERVALS_S, key=lambda c: abs(math.log(c / spacing_s)))
+    return float(nearest) if abs(nearest - spacing_s) <= tolerance * nearest else spacing_s
 
 
 def regular_grid(spacing_s: float, t_max_s: float) -> np.ndarray:

@@ -731,7 +731,7 @@ def _cmd_figures(args) -> int:
     print(f"figures: {', '.join(result['figures'])}")
     if result["missing"]:
         print(f"missing (runs not imported): {', '.join(result['missing'])}")
-    print(analysis.to_markdown(result["speedups"].fillna(""), None), end="")
+    print(analysis.to_markdown(result["speedups"]), end="")
     return 0
 
 

@@ -1,0 +1,393 @@
+"""The importer of the authors' released results, and our numbers on them against PAPER.md.
+
+Two kinds of tests:
+- on the synthetic files of tests/fixtures/paper (release formats, known answers), always;
+- on the local copy of the release in ../shared/paper-results: our analysis must give the
+  numbers PAPER.md section 3 recomputed with the authors' own aggregation. They are skipped
+  (with the reason) only where that folder is absent, and fail instead under CI.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from pods import analysis, paper
+from pods.cli import main as pods_main
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "paper"
+RELEASE = Path(os.environ.get("PODS_PAPER_RESULTS", ROOT.parent / "shared" / "paper-results"))
+
+
+def need_release():
+    if not RELEASE.is_dir():
+        message = f"the local copy of the authors' released results is absent ({RELEASE})"
+        if os.environ.get("CI"):
+            pytest.fail(message + "; CI must provide it")
+        pytest.skip(message)
+
+
+# --------------------------------------------------------------------------------------------
+# Synthetic release files (formats the local copy lacks: Llama runs, A100 exports)
+# --------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def fixture_runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fixture-import")
+    report = paper.import_release(FIXTURES, out)
+    return out, report
+
+
+def test_fixture_import_reports_what_is_missing_and_what_was_left_out(fixture_runs):
+    out, report = fixture_runs
+    assert set(report["imported"]) == {"Instruct-Llama-512-16-16-0.04", "Instruct-Llama-512-64-16-0.04", "a100s"}
+    assert "Instruct-GSM8K-512-16-16" in report["missing"] and "h100s" in report["missing"]
+    assert len(report["notes"]) == 1 and "seed 99" in report["notes"][0]
+    assert json.loads((out / "import_report.json").read_text()) == report
+    assert not (out / "runs" / "gsm8k" / "a100x8-zero2" / "grpo-n32-m32" / "seed99").exists()
+
+
+def test_llama_runs_use_both_acc_ten_minute_checkpoints_and_the_llama_base(fixture_runs):
+    out, _ = fixture_runs
+    run = out / "runs" / "gsm8k-llama" / "l40s-lora" / "grpo-n16-m16" / "seed3"
+    rows = analysis.read_jsonl(run / "evals.jsonl")
+    assert [r["train_time_s"] for r in rows] == [600.0 * k for k in range(13)]
+    assert rows[0]["step"] == 0 and rows[0]["accuracy"] == pytest.approx(0.04)  # base-llama.json
+    assert rows[0]["ans_acc"] == pytest.approx(0.24)
+    # checkpoint k of run 3: 0.10 + 0.03 k + 0.002 (3 - 5.5); both_acc, not the ans_acc decoy
+    assert rows[4]["accuracy"] == pytest.approx(0.10 + 0.12 - 0.005)
+    assert rows[4]["ans_acc"] == pytest.approx(0.6) and rows[4]["step"] == 320
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 9 * 80 and summary["s_per_step"] == pytest.approx(5400 / 720)
+    assert yaml.safe_load((run / "config.yaml").read_text())["metric"] == "both_acc"
+
+
+def test_llama_speedup_is_the_closed_form_one(fixture_runs):
+    out, _ = fixture_runs
+    table = paper.speedup_table(analysis.load_evals(out)).set_index(["setting", "rule"])
+    row = table.loc[("llama-l40s", "0.99")]
+    assert row["threshold"] == pytest.approx(99 * 0.37)
+    assert (row["t_grpo"], row["t_pods"]) == (pytest.approx(1.5), pytest.approx(50 / 60))
+    assert row["speedup"] == pytest.approx(1.8)
+    assert table.loc[("gsm8k-l40s", "0.99"), "status"].startswith("missing")
+    assert pd.isna(table.loc[("gsm8k-l40s", "0.99"), "speedup"])
+
+
+def _authors_curve(path: Path, arm: str, metric: str, seeds: set[int]) -> np.ndarray:
+    """Brute force of the authors' script: per seed, the evaluation nearest to each 2-minute grid
+    point (the first on a tie), then the mean over seeds."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    per_seed = []
+    for col in rows[0]:
+        run = col.split(" - ")[0]
+        if col == f"{run} - {metric}" and run.endswith(arm) and int(run.split("-s")[1].split("-")[0]) in seeds:
+            series = [(float(r["eval/time"]), float(r[col])) for r in rows if r[col]]
+            per_seed.append([min(series, key=lambda s: abs(s[0] - t))[1] for t in range(0, 1801, 120)])
+    assert len(per_seed) == len(seeds)
+    return np.mean(per_seed, axis=0)
+
+
+def test_a100_curves_equal_the_authors_alignment_done_by_brute_force(fixture_runs):
+    out, _ = fixture_runs
+    evals = analysis.load_evals(out)
+    fig = paper.PAPER_FIGURES["a100s"]
+    acc = paper.figure_curves(evals, fig)
+    length = paper.figure_curves(evals, fig, value="mean_length")
+    arms = {"grpo-n32-m32": ("-n32-m32-ga16", {11, 14, 22, 23}),
+            "pods-max_variance-n128-m32": ("-n128-m32-ga4", {13, 15})}
+    for method, (suffix, seeds) in arms.items():
+        np.testing.assert_allclose(
+            acc[method]["mean"], _authors_curve(FIXTURES / "a100s-acc.csv", suffix, ACC, seeds), rtol=1e-12)
+        np.testing.assert_allclose(
+            length[method]["mean"], _authors_curve(FIXTURES / "a100s-length.csv", suffix, LEN, seeds), rtol=1e-12)
+        assert set(acc[method]["n_seeds"]) == {len(seeds)}
+
+
+ACC = "eval/rewards/accuracy_reward/mean"
+LEN = "eval/completions/mean_length"
+
+
+def test_a100_step_time_is_the_authors_formula_on_the_wandb_step(fixture_runs):
+    out, _ = fixture_runs
+    runs = analysis.find_runs(out)
+    bars = paper.paper_step_times(analysis.load_evals(runs), analysis.load_summaries(runs), paper.PAPER_FIGURES["a100s"])
+    # every fixture seed logs _step = 20 + 35 i at t ~ 60 + 120 i: nearest to 1800 s is i = 14 or 15
+    for method, ga in (("grpo-n32-m32", 16), ("pods-max_variance-n128-m32", 4)):
+        steps = []
+        for run_dir in (out / "runs" / "gsm8k" / "a100x8-zero2" / method).iterdir():
+            rows = analysis.read_jsonl(run_dir / "evals.jsonl")
+            steps.append(min(rows, key=lambda r: abs(r["train_time_s"] - 1800))["step"])
+        assert bars[method] == pytest.approx(1800 * ga / np.mean(steps))
+
+
+def test_paper_figures_draw_from_fixtures_and_refuse_absent_settings(fixture_runs, tmp_path):
+    out, _ = fixture_runs
+    result = paper.build_paper_outputs(out, tmp_path / "fig", names=["llama_main"])
+    assert result["figures"] == ["llama_main"]
+    for path in paper.figure_outputs(tmp_path / "fig", ["llama_main"]):
+        assert path.stat().st_size > 0, path
+    assert (tmp_path / "fig" / "llama_main.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    speedups = pd.read_csv(tmp_path / "fig" / "speedups.csv")
+    assert list(speedups.columns[:6]) == ["setting", "rule", "threshold", "t_grpo", "t_pods", "speedup"]
+    assert set(speedups["setting"]) == {"gsm8k-l40s", "math-l40s", "llama-l40s", "h100x8", "a100x8"}
+    with pytest.raises(FileNotFoundError, match="gsm8k_main needs runs imported from Instruct-GSM8K"):
+        paper.build_paper_outputs(out, tmp_path / "fig2", names=["gsm8k_main"])
+
+
+# --------------------------------------------------------------------------------------------
+# Malformed or missing files fail with the file named
+# --------------------------------------------------------------------------------------------
+def _copy_fixtures(tmp_path: Path) -> Path:
+    src = tmp_path / "release"
+    shutil.copytree(FIXTURES, src, ignore=shutil.ignore_patterns("*.py"))
+    return src
+
+
+def test_a_missing_run_of_a_present_setting_is_an_error_naming_it(tmp_path):
+    src = _copy_fixtures(tmp_path)
+    (src / "Instruct-Llama-512-64-16-0.04-Run3.json").unlink()
+    with pytest.raises(FileNotFoundError, match="Instruct-Llama-512-64-16-0.04-Run3.json is missing"):
+        paper.import_release(src, tmp_path / "out")
+
+
+def test_a_missing_base_model_file_is_an_error_naming_it(tmp_path):
+    src = _copy_fixtures(tmp_path)
+    (src / "base-llama.json").unlink()
+    with pytest.raises(FileNotFoundError, match="base-llama.json is missing"):
+        paper.import_release(src, tmp_path / "out")
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda p: p.write_text(p.read_text()[:-20]), "Run5.json: not valid JSON"),
+    (lambda p: p.write_text(json.dumps({"ckpt-10": {}})), "key 'ckpt-10' is not checkpoint-<step>"),
+    (lambda p: p.write_text(json.dumps({"checkpoint-10": {"gsm8k": {"both_acc": [], "lengths": [1]}}})),
+     "checkpoint-10/gsm8k/both_acc: expected a non-empty list of numbers"),
+    (lambda p: p.write_text(json.dumps({"checkpoint-10": {"gsm8k": {"both_acc": [0.5]}}})),
+     "checkpoint-10/gsm8k: missing 'lengths'"),
+])
+def test_a_malformed_run_file_is_an_error_naming_it(tmp_path, damage, message):
+    src = _copy_fixtures(tmp_path)
+    damage(src / "Instruct-Llama-512-16-16-0.04-Run5.json")
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        paper.import_release(src, tmp_path / "out")
+
+
+def test_wandb_export_problems_are_errors_naming_the_file(tmp_path):
+    src = _copy_fixtures(tmp_path)
+    (src / "a100s-length.csv").unlink()
+    with pytest.raises(FileNotFoundError, match="a100s-length.csv is missing"):
+        paper.import_release(src, tmp_path / "out")
+    src = _copy_fixtures(tmp_path / "b")
+    text = (src / "a100s-acc.csv").read_text().replace("GR7B-s13-p8", "GR7B-s13-q8", 1)
+    (src / "a100s-acc.csv").write_text(text)
+    with pytest.raises(ValueError, match=r"a100s-acc.csv: column 'data/GR7B-s13-q8"):
+        paper.import_release(src, tmp_path / "out")
+    src = _copy_fixtures(tmp_path / "c")
+    text = (src / "a100s-acc.csv").read_text().replace("GR7B", "GRPO")
+    (src / "a100s-acc.csv").write_text(text)
+    with pytest.raises(ValueError, match="a100s-acc.csv: run prefix 'GRPO', expected 'GR7B'"):
+        paper.import_release(src, tmp_path / "out")
+
+
+# --------------------------------------------------------------------------------------------
+# Download with checksums (file:// stands in for GitHub)
+# --------------------------------------------------------------------------------------------
+def test_download_checks_pinned_sums_and_records_unpinned_ones(tmp_path):
+    names = ["base-llama.json", "a100s-acc.csv"]
+    pinned = hashlib.sha256((FIXTURES / names[0]).read_bytes()).hexdigest()
+    manifest = {"repo": "owner/repo", "commit": "c" * 40, "url": FIXTURES.as_uri() + "/{file}",
+                "files": {names[0]: pinned, names[1]: None}}
+    dest = paper.download_release(tmp_path / "dl", manifest)
+    for name in names:
+        assert (dest / name).read_bytes() == (FIXTURES / name).read_bytes()
+    sums = dict(line.split("  ")[::-1] for line in (dest / "SHA256SUMS").read_text().splitlines())
+    assert sums[names[1]] == hashlib.sha256((FIXTURES / names[1]).read_bytes()).hexdigest()
+
+    bad = {**manifest, "files": {names[0]: "0" * 64}}
+    with pytest.raises(ValueError, match="base-llama.json: sha256 .* does not match"):
+        paper.download_release(tmp_path / "dl2", bad)
+    assert not (tmp_path / "dl2" / names[0]).exists()
+    absent = {**manifest, "files": {"no-such-file.json": None}}
+    with pytest.raises(FileNotFoundError, match="could not download no-such-file.json"):
+        paper.download_release(tmp_path / "dl3", absent)
+
+
+def test_download_url_is_the_pinned_commit_of_the_release():
+    manifest = paper.load_manifest()
+    assert manifest["commit"] == paper.RELEASE_COMMIT and len(manifest["commit"]) == 40
+    url = manifest["url"].format(repo=manifest["repo"], commit=manifest["commit"], file="h100s-acc.csv")
+    assert url == ("https://raw.githubusercontent.com/YixuanEvenXu/pods/"
+                   "187f43b648f69385103029c2dd0934521e17bb71/results/h100s-acc.csv")
+    assert sorted(manifest["files"]) == sorted(paper.release_files())
+
+
+def test_manifest_pins_exactly_the_files_of_the_local_copy():
+    need_release()
+    manifest = paper.load_manifest()
+    for name, sha in manifest["files"].items():
+        path = RELEASE / name
+        if path.exists():
+            assert sha == paper.sha256_file(path), name
+        else:
+            assert sha is None, name
+
+
+# --------------------------------------------------------------------------------------------
+# Our analysis on the authors' data gives the paper's numbers (PAPER.md section 3)
+# --------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def release_tables(tmp_path_factory):
+    need_release()
+    out = tmp_path_factory.mktemp("release-import")
+    report = paper.import_release(RELEASE, out)
+    runs = analysis.find_runs(out)
+    evals, summaries = analysis.load_evals(runs), analysis.load_summaries(runs)
+    return {"report": report, "evals": evals, "summaries": summaries,
+            "speedups": paper.speedup_table(evals).set_index(["setting", "rule"]),
+            "ablations": paper.ablation_table(evals, summaries)}
+
+
+@pytest.mark.parametrize("setting, rule, target, t_grpo, t_pods, speedup", [
+    ("gsm8k-l40s", "0.99", 80.82, 3.0, 1.5, 2.0),
+    ("gsm8k-l40s", "1.00", 81.64, 4.0, 2.5, 1.6),
+    ("math-l40s", "0.99", 48.41, 5.0, 2.5, 2.0),
+    ("math-l40s", "1.00", 48.90, 6.0, 2.5, 2.4),
+    ("h100x8", "0.99", 81.73, 24.0, 14.0, 1.71),
+    ("h100x8", "1.00", 82.56, 28.0, 14.0, 2.0),
+])
+def test_speedups_equal_the_paper(release_tables, setting, rule, target, t_grpo, t_pods, speedup):
+    row = release_tables["speedups"].loc[(setting, rule)]
+    assert round(row["threshold"], 2) == target
+    assert (row["t_grpo"], row["t_pods"]) == (pytest.approx(t_grpo), pytest.approx(t_pods))
+    assert round(row["speedup"], 2) == speedup and row["status"] == "ok"
+
+
+def test_settings_absent_from_the_local_copy_are_reported_missing(release_tables):
+    speedups = release_tables["speedups"]
+    for setting in ("llama-l40s", "a100x8"):
+        present = setting == "llama-l40s" and (RELEASE / "base-llama.json").exists() or \
+                  setting == "a100x8" and (RELEASE / "a100s-acc.csv").exists()
+        if not present:
+            assert speedups.loc[(setting, "0.99"), "status"].startswith("missing")
+            assert pd.isna(speedups.loc[(setting, "0.99"), "speedup"])
+
+
+def _curve(release_tables, figure, method, value="accuracy"):
+    return paper.figure_curves(release_tables["evals"], paper.PAPER_FIGURES[figure], value=value)[method]
+
+
+def test_main_curves_equal_the_paper_tables(release_tables):
+    # PAPER.md 3.1 (a), (b): base model, then 0.5 h ... 6 h
+    gsm8k = {"grpo-n16-m16": [59.95, 79.11, 79.45, 79.78, 80.65, 80.72, 81.27, 81.19, 81.64, 81.44, 81.32, 81.28, 80.76],
+             "pods-max_variance-n64-m16": [59.95, 79.10, 80.57, 80.98, 81.27, 81.72, 81.75, 82.46, 82.46, 82.44,
+                                           82.45, 82.63, 82.60]}
+    math = {"grpo-n8-m8": [33.27, 41.57, 43.93, 46.06, 46.63, 46.77, 47.53, 47.10, 47.91, 48.30, 48.64, 48.15, 48.90],
+            "pods-max_variance-n32-m8": [33.27, 42.90, 44.56, 46.21, 47.77, 48.92, 49.16, 49.38, 49.66, 49.73,
+                                         49.85, 50.35, 50.17]}
+    for figure, table in (("gsm8k_main", gsm8k), ("math_main", math)):
+        for method, expected in table.items():
+            curve = _curve(release_tables, figure, method)
+            assert list(np.round(100 * curve["mean"], 2)) == expected, (figure, method)
+            assert set(curve["n_seeds"]) == {10}
+
+
+def test_h100_curves_and_bars_equal_the_paper(release_tables):
+    expected = {"grpo-n32-m32": [2.7, 3.0, 5.8, 13.8, 31.8, 66.1, 78.1, 80.3, 80.3, 80.6, 80.2, 80.5, 82.1, 82.0, 82.6, 82.4],
+                "pods-max_variance-n128-m32": [3.0, 3.1, 13.3, 59.3, 78.8, 81.1, 81.0, 83.1, 83.1, 83.6, 83.0, 83.2,
+                                               84.1, 83.5, 83.8, 83.1]}
+    for method, values in expected.items():
+        assert list(np.round(100 * _curve(release_tables, "h100s", method)["mean"], 1)) == values
+    bars = paper.paper_step_times(release_tables["evals"], release_tables["summaries"], paper.PAPER_FIGURES["h100s"])
+    assert round(bars["grpo-n32-m32"], 2) == 21.85 and round(bars["pods-max_variance-n128-m32"], 2) == 10.09
+    lengths = _curve(release_tables, "h100s", "pods-max_variance-n128-m32", "mean_length")["mean"]
+    assert round(lengths.max()) == 413 and round(lengths.iloc[-1]) == 283  # PAPER.md 3.4
+
+
+def test_ablation_table_equals_the_paper(release_tables):
+    table = release_tables["ablations"].set_index(["ablation", "method"])
+    expected = {  # PAPER.md 3.3: (peak, s/step, time to 80.82 in h)
+        ("n_scaling", "grpo-n16-m16"): (81.64, 7.56, 3.0),
+        ("n_scaling", "pods-max_variance-n32-m16"): (82.44, 7.95, 2.5),
+        ("n_scaling", "pods-max_variance-n64-m16"): (82.63, 10.12, 1.5),
+        ("n_scaling", "pods-max_variance-n128-m16"): (82.68, 13.78, 2.5),
+        ("n_scaling", "pods-max_variance-n256-m16"): (82.18, 21.37, 2.5),
+        ("m_scaling", "pods-max_variance-n64-m16"): (82.63, 10.12, 1.5),
+        ("m_scaling", "pods-max_variance-n64-m8"): (82.84, 9.21, 2.0),
+        ("m_scaling", "pods-max_variance-n64-m4"): (82.86, 9.00, 3.0),
+        ("m_scaling", "pods-max_variance-n64-m2"): (81.62, 8.05, 4.5),
+        ("rule", "pods-max_variance-n64-m16"): (82.63, 10.12, 1.5),
+        ("rule", "pods-max_reward-n64-m16"): (67.28, 14.89, None),
+        ("rule", "pods-random-n64-m16"): (81.62, 10.52, 4.0),
+    }
+    assert set(table.index) == set(expected)
+    for key, (peak, s_per_step, t_target) in expected.items():
+        row = table.loc[key]
+        assert round(row["peak"], 2) == peak, key
+        assert round(row["s_per_step"], 2) == s_per_step, key
+        assert round(row["target"], 2) == 80.82
+        if t_target is None:
+            assert pd.isna(row["t_to_target_h"]) and row["status"] == "not reached"
+        else:
+            assert row["t_to_target_h"] == pytest.approx(t_target), key
+    assert [round(v) for v in table.xs("n_scaling")["steps"]] == [2868, 2738, 2143, 1591, 1017]
+
+
+def test_math_seconds_per_step_equal_the_paper(release_tables):
+    bars = paper.paper_step_times(release_tables["evals"], release_tables["summaries"], paper.PAPER_FIGURES["math_main"])
+    assert round(bars["grpo-n8-m8"], 2) == 7.87 and round(bars["pods-max_variance-n32-m8"], 2) == 10.12
+
+
+def test_the_analysis_summary_of_the_imported_runs_gives_the_same_speedups(release_tables, tmp_path):
+    study = [{"benchmark": "gsm8k", "hardware": "l40s-lora", "design": "equal_update", "baseline": "grpo-n16-m16",
+              "method": "pods-max_variance-n64-m16", "eval_set": "gsm8k", "grid_s": 1800, "t_max_s": 21600},
+             {"benchmark": "gsm8k", "hardware": "h100x8-zero2", "design": "equal_generation",
+              "baseline": "grpo-n32-m32", "method": "pods-max_variance-n128-m32", "grid_s": 120, "t_max_s": 1800}]
+    table = analysis.summarize(study, release_tables["evals"], None, release_tables["summaries"], n_boot=200)
+    table = table.set_index(["hardware", "rule"])
+    assert table.loc[("l40s-lora", "0.99"), "speedup"] == pytest.approx(2.0)
+    assert table.loc[("l40s-lora", "1.00"), "speedup"] == pytest.approx(1.6)
+    assert round(table.loc[("h100x8-zero2", "0.99"), "speedup"], 2) == 1.71
+    assert table.loc[("l40s-lora", "0.99"), "s_per_step_baseline"] == pytest.approx(7.56, abs=0.005)
+    row = table.loc[("l40s-lora", "0.99")]
+    assert row["ci_low"] <= row["speedup"] <= row["ci_high"]
+
+
+# --------------------------------------------------------------------------------------------
+# Command line and workflow
+# --------------------------------------------------------------------------------------------
+def test_cli_import_and_figures(tmp_path, capsys):
+    assert pods_main(["paper", "import", "--src", str(FIXTURES), "--out", str(tmp_path / "w")]) == 0
+    assert "note: a100s: seed 99" in capsys.readouterr().out
+    assert pods_main(["paper", "figures", "--runs", str(tmp_path / "w"), "--out", str(tmp_path / "f"),
+                      "--figures", "a100s"]) == 0
+    assert "| a100x8 | 0.99 |" in capsys.readouterr().out
+    assert pods_main(["paper", "import", "--src", str(tmp_path / "nowhere"), "--out", str(tmp_path / "w")]) == 2
+    assert "nowhere does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_snakemake_paper_figures_target_on_a_local_copy(tmp_path):
+    snakefile = tmp_path / "Snakefile"
+    snakefile.write_text(f'include: "{ROOT / "workflows" / "paper.smk"}"\n\n'
+                         "rule paper_figures:\n    input:\n        paper_figures_outputs(),\n")
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(snakefile), "-d", str(ROOT), "--cores", "1",
+           "--config", f"paper_results_dir={FIXTURES}", f"paper_work_dir={tmp_path / 'work'}",
+           f"figures_dir={tmp_path / 'fig'}", "--", "paper_figures"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for path in paper.figure_outputs(tmp_path / "fig" / "paper", ["llama_main", "a100s"]):
+        assert path.exists(), path
+    speedups = pd.read_csv(tmp_path / "fig" / "paper" / "speedups.csv")
+    assert speedups.loc[(speedups["setting"] == "llama-l40s") & (speedups["rule"] == 0.99), "speedup"].item() == \
+        pytest.approx(1.8)
