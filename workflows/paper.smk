@@ -71,10 +71,10 @@ rule paper_outputs:
     output:
         paper_figures_outputs(),
     params:
-        figures=" ".join(paper_figure_names()),
+        figures=lambda wc: " ".join(["--figures", *paper_figure_names()]) if paper_figure_names() else "",
     localrule: True
     log:
         f"{PAPER_WORK}/logs/figures.log",
     shell:
-        "pods paper figures --runs {PAPER_WORK} --out {PAPER_FIGURES_DIR} --figures {params.figures} "
+        "pods paper figures --runs {PAPER_WORK} --out {PAPER_FIGURES_DIR} {params.figures} "
         "> {log} 2>&1 && cat {log}"
