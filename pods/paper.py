@@ -672,16 +672,17 @@ def build_paper_outputs(runs_root: str | os.PathLike, out_dir: str | os.PathLike
         if name not in requested:
             continue
         bars = paper_step_times(evals, summaries, fig)
-        bar_label = ("Seconds per\nGlobal Step\n(authors' formula)" if fig.design == "equal_generation"
-                     else "Seconds per\nTraining Step")
+        bar_label = ("Seconds per Global Step\n(authors' formula, see PAPER.md 4.1)"
+                     if fig.design == "equal_generation" else "Seconds per Training Step")
+        colors = {labels[m]: c for m, c in plots.method_colors(fig.methods).items()}
         scale = UNIT_S[fig.time_unit]
         plots.curve_figure({labels[m]: c for m, c in curves.items()}, out_dir / name, xlabel=fig.xlabel,
                            ylabel="Test Accuracy (%)", time_scale=scale, percent=True,
-                           bars={labels[m]: v for m, v in bars.items()}, bar_ylabel=bar_label,
-                           xlim=(0, fig.horizon_s / scale), clip=(0, 100))
+                           bars={labels[m]: v for m, v in bars.items()}, bar_label=bar_label,
+                           xlim=(0, fig.horizon_s / scale), clip=(0, 100), colors=colors)
         plots.curve_figure({labels[m]: c for m, c in lengths.items()}, out_dir / f"{name}_length",
                            xlabel=fig.xlabel, ylabel="Average\nCompletion Length", time_scale=scale,
-                           percent=False, xlim=(0, fig.horizon_s / scale))
+                           percent=False, xlim=(0, fig.horizon_s / scale), colors=colors)
         drawn.append(name)
     speedups = speedup_table(evals)
     ablations = ablation_table(evals, summaries)

@@ -79,18 +79,21 @@ def curve_panel(ax, curves: Mapping[str, pd.DataFrame], time_scale: float = 3600
     ax.legend(loc="best")
 
 
-def bar_panel(ax, values: Mapping[str, float], ylabel: str, colors: Mapping[str, str] | None = None) -> None:
+def bar_panel(ax, values: Mapping[str, float], xlabel: str, colors: Mapping[str, str] | None = None) -> None:
+    """Horizontal bars, first label on top, so long legend-style labels stay readable."""
     labels = list(values)
-    x = np.arange(len(labels))
-    ax.bar(x, [values[k] for k in labels],
-           color=[soften((colors or {}).get(k, PALETTE[i % len(PALETTE)])) for i, k in enumerate(labels)])
-    ax.set_xticks(x, [k.replace(" (", "\n(") for k in labels], fontsize=9)
-    ax.set_ylabel(ylabel)
+    y = np.arange(len(labels))
+    ax.barh(y, [values[k] for k in labels],
+            color=[soften((colors or {}).get(k, PALETTE[i % len(PALETTE)])) for i, k in enumerate(labels)])
+    ax.set_yticks(y, [k.replace(" (", "\n(") for k in labels], fontsize=10)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    ax.grid(axis="x", alpha=0.3)
 
 
 def curve_figure(curves: Mapping[str, pd.DataFrame], stem: str | os.PathLike, xlabel: str, ylabel: str,
                  time_scale: float = 3600.0, percent: bool = True, bars: Mapping[str, float] | None = None,
-                 bar_ylabel: str = "Seconds per\nTraining Step", xlim: tuple[float, float] | None = None,
+                 bar_label: str = "Seconds per Training Step", xlim: tuple[float, float] | None = None,
                  clip: tuple[float, float] | None = None, colors: Mapping[str, str] | None = None,
                  title: str | None = None) -> list[Path]:
     """Curves over training time, with a bar panel on the right when `bars` is given."""
@@ -98,9 +101,9 @@ def curve_figure(curves: Mapping[str, pd.DataFrame], stem: str | os.PathLike, xl
         raise ValueError(f"no curves to plot for {stem}")
     with plt.rc_context(STYLE):
         if bars:
-            fig, (ax, ax_bar) = plt.subplots(1, 2, figsize=(15, 4.5), constrained_layout=True,
-                                             gridspec_kw={"width_ratios": [3, 1.3]})
-            bar_panel(ax_bar, bars, bar_ylabel, colors)
+            fig, (ax, ax_bar) = plt.subplots(1, 2, figsize=(16, 4.5), constrained_layout=True,
+                                             gridspec_kw={"width_ratios": [3, 1.2]})
+            bar_panel(ax_bar, bars, bar_label, colors)
         else:
             fig, ax = plt.subplots(figsize=(11, 4.5), constrained_layout=True)
         curve_panel(ax, curves, time_scale, percent, colors, clip)
@@ -140,10 +143,17 @@ def phase_bar_figure(table: pd.DataFrame, stem: str | os.PathLike, title: str | 
         return save_figure(fig, stem)
 
 
+RULE_COLORS = {"identity": "#BB0011", "max_variance": "#1166CC", "max_reward": "#00AA55", "random": "#EE6611"}
+
+
 def method_colors(methods: Sequence[str]) -> dict[str, str]:
-    """GRPO arms first in red, then PODS arms in palette order, stable across figures."""
-    ordered = sorted(methods, key=lambda m: (not parse_method(m).is_grpo, parse_method(m).n, -parse_method(m).m, m))
-    return {parse_method(m).label: PALETTE[i % len(PALETTE)] for i, m in enumerate(ordered)}
+    """method -> colour, the same in every figure of a set: by rule when each rule appears once
+    (GRPO red, max-variance blue, as in the paper), else GRPO first and then by n, then m."""
+    parsed = {m: parse_method(m) for m in methods}
+    if len({p.rule for p in parsed.values()}) == len(parsed):
+        return {m: RULE_COLORS.get(p.rule, PALETTE[i % len(PALETTE)]) for i, (m, p) in enumerate(parsed.items())}
+    ordered = sorted(methods, key=lambda m: (not parsed[m].is_grpo, parsed[m].n, -parsed[m].m, m))
+    return {m: PALETTE[i % len(PALETTE)] for i, m in enumerate(ordered)}
 
 
 # ablation kind -> (which methods belong, what they share, what varies along the family)
@@ -191,12 +201,12 @@ def plot_runs(runs_root: str | os.PathLike, out_dir: str | os.PathLike, how: str
         scale, unit = _time_unit(grid)
         xlabel = f"Training Time on {hardware} ({unit})"
         methods = sorted(part["method"].unique())
-        colors = method_colors(methods)
         tag = f"{benchmark}_{hardware}_{eval_set}"
         acc = {m: analysis.mean_curve(part[part["method"] == m], grid, how=how) for m in methods}
         length = {m: analysis.mean_curve(part[part["method"] == m], grid, how=how, value="mean_length")
                   for m in methods}
         label = {m: parse_method(m).label for m in methods}
+        colors = {label[m]: c for m, c in method_colors(methods).items()}
         title = f"{benchmark} on {hardware}, eval {eval_set}"
         written += curve_figure({label[m]: acc[m] for m in methods}, out_dir / f"accuracy_{tag}", xlabel,
                                 "Test Accuracy (%)", scale, True, colors=colors, title=title, clip=(0, 100))
@@ -239,7 +249,7 @@ def plot_study_figure(kind: str, runs_root: str | os.PathLike, study: Sequence[M
     methods = study_methods(study, kind, benchmark, hardware, design)
     runs = analysis.find_runs(runs_root)
     title = f"{benchmark} on {hardware}" + (f", {design.replace('_', ' ')}" if design else "")
-    colors = method_colors(methods)
+    colors = {parse_method(m).label: c for m, c in method_colors(methods).items()}
     if kind == "step_time":
         steps = analysis.load_steps(runs)
         steps = steps[(steps["benchmark"] == benchmark) & (steps["hardware"] == hardware)
