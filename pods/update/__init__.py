@@ -9,6 +9,7 @@ from pods.update.base import UpdateBatch, UpdateEngine
 UPDATE_ENGINES: dict[str, str] = {
     "torch": "pods.update.torch_engine:TorchUpdateEngine",  # one device, AdamW
     "lora": "pods.update.lora:LoraUpdateEngine",  # torch engine training a peft LoRA adapter
+    "deepspeed": "pods.update.deepspeed_engine:DeepSpeedUpdateEngine",  # ZeRO-1/2/3, multi-process
 }
 
 

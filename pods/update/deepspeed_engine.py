@@ -1,0 +1,284 @@
+"""`deepspeed` update engine: full fine-tuning under DeepSpeed ZeRO-1/2/3, one process per device.
+
+The paper's multi-GPU setting (PAPER.md 2.2: accelerate + ZeRO-2, 8 processes, bf16). Started by
+a launcher (deepspeed, torchrun or accelerate), every process builds this engine; they then train
+one model together.
+
+How a step is split. Selection has already happened when `step` is called: the batch holds the
+kept rollouts of the whole step and is the same on every process (the trainer gathers it, see
+`gather_batch`). Process r takes rows [r*B/W, (r+1)*B/W) and runs ceil(B/W / micro_batch)
+micro-batches, so every process runs the same number of forward/backward passes (ZeRO's
+collectives need that). Each micro-batch loss is divided by the whole step's totals (sequences,
+tokens) and multiplied by W because DeepSpeed averages gradients over processes: the summed
+gradient is then exactly the single-process gradient of the whole batch.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from pods.grpo import policy_loss
+from pods.update.base import UpdateBatch, UpdateEngine
+from pods.update.torch_engine import token_logprobs
+
+
+@dataclass
+class DeepSpeedOptions:
+    """The DeepSpeed engine's settings; each is read from the TrainConfig field of the same name."""
+
+    deepspeed_zero_stage: int = field(default=2, metadata={"help": "ZeRO stage 0-3 (paper: 2)."})
+    deepspeed_offload_optimizer: bool = field(
+        default=False, metadata={"help": "Keep optimiser states in host memory (ZeRO-Offload; slower, smaller GPUs)."}
+    )
+    gradient_checkpointing: bool = field(
+        default=False, metadata={"help": "Recompute activations in the backward pass (paper: on)."}
+    )
+    dist_backend: str = field(
+        default="", metadata={"help": "torch.distributed backend; empty: nccl on CUDA, gloo on CPU."}
+    )
+
+    @classmethod
+    def from_config(cls, config) -> "DeepSpeedOptions":
+        values = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if hasattr(config, f.name)}
+        options = cls(**values)
+        if options.deepspeed_zero_stage not in (0, 1, 2, 3):
+            raise ValueError(f"config key 'deepspeed_zero_stage': must be 0, 1, 2 or 3, got {options.deepspeed_zero_stage}")
+        return options
+
+
+def _import_deepspeed():
+    try:
+        import deepspeed
+    except ImportError:
+        raise ValueError("update_engine 'deepspeed' needs the deepspeed package: pip install 'pods[gpu]'") from None
+    return deepspeed
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size); (0, 1) outside a distributed run."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def shard(rows: int, rank: int, size: int) -> tuple[int, int]:
+    """Rows [start, stop) of process `rank` when `rows` are split evenly over `size` processes."""
+    if rows % size:
+        raise ValueError(
+            f"a step's {rows} kept rollouts do not split evenly over {size} processes: make "
+            f"prompts_per_step * m a multiple of the process count"
+        )
+    per = rows // size
+    return rank * per, (rank + 1) * per
+
+
+def deepspeed_config(config, options: DeepSpeedOptions, world_size: int, rows_per_step: int) -> dict:
+    """The DeepSpeed JSON config of a run, from the TrainConfig (one source of truth)."""
+    per_process = rows_per_step // world_size
+    micro = min(config.micro_batch, per_process)
+    accumulation = math.ceil(per_process / micro)
+    zero: dict = {"stage": options.deepspeed_zero_stage, "contiguous_gradients": True, "overlap_comm": torch.cuda.is_available()}
+    if options.deepspeed_offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    return {
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": accumulation,
+        "train_batch_size": micro * accumulation * world_size,
+        "gradient_clipping": float(config.max_grad_norm),  # 0 disables, as in the torch engine
+        "zero_optimization": zero,
+        "bf16": {"enabled": config.precision == "bf16"},
+        "fp16": {"enabled": config.precision == "fp16"},
+        "zero_allow_untested_optimizer": True,  # the torch AdamW handed in, same as the torch engine
+        "steps_per_print": 2**31 - 1,
+        "wall_clock_breakdown": False,
+    }
+
+
+class DeepSpeedUpdateEngine(UpdateEngine):
+    """The policy wrapped by a DeepSpeed engine; see the module docstring for the split.
+
+    Args:
+        model: the policy (the same initial weights on every process).
+        config: a TrainConfig (lr, betas, weight decay, warm-up, max_grad_norm, micro_batch,
+            prompts_per_step, m, beta, always_compute_ref, loss_agg, precision, device) plus the
+            fields of `DeepSpeedOptions`.
+    """
+
+    def __init__(self, *, model, config):
+        deepspeed = _import_deepspeed()
+        self.cfg = config
+        self.options = DeepSpeedOptions.from_config(config)
+        if not (dist.is_available() and dist.is_initialized()):
+            backend = self.options.dist_backend or ("nccl" if torch.cuda.is_available() else "gloo")
+            deepspeed.init_distributed(dist_backend=backend)
+        self.rank, self.world_size = world()
+        if str(config.device).startswith("cuda"):
+            self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+            torch.cuda.set_device(self.device)
+        else:
+            self.device = torch.device(config.device)
+        self.rows_per_step = config.prompts_per_step * config.m
+        shard(self.rows_per_step, 0, self.world_size)  # fail before any compute on a bad split
+        if self.options.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model = model.to(self.device)
+        # The reference is a frozen copy, kept only when something reads it (beta > 0, or the
+        # authors' always-computed reference); under ZeRO-3 it would need its own sharding.
+        self.reference = None
+        if config.beta > 0 or getattr(config, "always_compute_ref", False):
+            if self.options.deepspeed_zero_stage == 3:
+                raise ValueError("config key 'beta': a reference model is not supported with deepspeed_zero_stage 3")
+            self.reference = copy.deepcopy(model).requires_grad_(False).eval()
+        optimizer = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad],
+            lr=config.lr, weight_decay=config.weight_decay, betas=(config.adam_beta1, config.adam_beta2),
+        )
+        warmup = config.lr_warmup_steps
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
+        )
+        self.ds_config = deepspeed_config(config, self.options, self.world_size, self.rows_per_step)
+        self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
+            model=model, optimizer=optimizer, lr_scheduler=scheduler, config=self.ds_config
+        )
+        self.policy = self.engine.module
+        self.policy.eval()  # no dropout: the ratio and KL compare log-probs of the same weights
+
+    # ---------------------------------------------------------------------------------- helpers
+    def _micro_batches(self, batch: UpdateBatch):
+        start, stop = shard(len(batch), self.rank, self.world_size)
+        size = self.ds_config["train_micro_batch_size_per_gpu"]
+        for lo in range(start, stop, size):
+            hi = min(lo + size, stop)
+            yield lo, hi, batch.slice(lo, hi).to(self.device)
+
+    def _autocast(self):
+        if self.cfg.precision == "fp32":
+            return torch.autocast(self.device.type, enabled=False)
+        dtype = torch.bfloat16 if self.cfg.precision == "bf16" else torch.float16
+        return torch.autocast(self.device.type, dtype=dtype)
+
+    def _all_rows(self, local: torch.Tensor, batch: UpdateBatch) -> torch.Tensor:
+        """Every process's rows of a [rows, T] result, in batch order, on every process."""
+        if self.world_size == 1:
+            return local
+        parts = [torch.zeros_like(local) for _ in range(self.world_size)]
+        dist.all_gather(parts, local.to(self._comm_device()))
+        return torch.cat([p.cpu() for p in parts])
+
+    def _comm_device(self):
+        return self.device if dist.get_backend() == "nccl" else torch.device("cpu")
+
+    @torch.no_grad()
+    def _logprobs_of(self, model, batch: UpdateBatch) -> torch.Tensor:
+        start, stop = shard(len(batch), self.rank, self.world_size)
+        local = torch.zeros((stop - start, batch.completion_len), dtype=torch.float32)
+        for lo, hi, mb in self._micro_batches(batch):
+            with self._autocast():
+                local[lo - start : hi - start, : mb.completion_len] = token_logprobs(model, mb).float().cpu()
+        return self._all_rows(local, batch)
+
+    # ------------------------------------------------------------------------------ interface
+    def logprobs(self, batch: UpdateBatch) -> torch.Tensor:
+        return self._logprobs_of(self.engine, batch)
+
+    def ref_logprobs(self, batch: UpdateBatch) -> torch.Tensor:
+        if self.reference is None:
+            raise ValueError("no reference model: it is kept only when beta > 0 or always_compute_ref")
+        return self._logprobs_of(self.reference, batch)
+
+    def step(self, batch, advantages, old_logprobs=None, ref_logprobs=None) -> dict[str, float]:
+        cfg = self.cfg
+        # whole-step totals, the same on every process (the batch is the whole step's)
+        totals = dict(total_sequences=len(batch), total_tokens=batch.num_tokens, max_len=batch.completion_len)
+        parts = list(self._micro_batches(batch))
+        loss_sum, kl_sum = 0.0, 0.0
+        for i, (lo, hi, mb) in enumerate(parts):
+            self.engine.set_gradient_accumulation_boundary(i == len(parts) - 1)
+            with self._autocast():
+                logprobs = token_logprobs(self.engine, mb).float()
+            T = mb.completion_len
+            old = logprobs.detach() if old_logprobs is None else old_logprobs[lo:hi, :T].to(self.device)
+            ref = None if ref_logprobs is None else ref_logprobs[lo:hi, :T].to(self.device)
+            loss, metrics = policy_loss(
+                logprobs, old, advantages[lo:hi].to(self.device), mb.completion_mask,
+                ref_logprobs=ref, beta=cfg.beta, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
+                loss_agg=cfg.loss_agg, **totals,
+            )
+            # DeepSpeed averages gradients over processes and would divide by its accumulation
+            # count: undo both, the loss is already normalised by the whole step's totals
+            self.engine.backward(loss * self.world_size, scale_wrt_gas=False)
+            lr = self.scheduler.get_last_lr()[0]
+            self.engine.step()  # applies the optimiser only at the boundary set above
+            loss_sum += loss.item()
+            kl_sum += metrics.get("kl", 0.0) * (hi - lo)
+        summed = torch.tensor([loss_sum, kl_sum], dtype=torch.float64, device=self._comm_device())
+        if self.world_size > 1:
+            dist.all_reduce(summed)
+        grad_norm = self.engine.get_global_grad_norm()
+        result = {"loss": float(summed[0]), "grad_norm": float(grad_norm if grad_norm is not None else 0.0), "lr": lr}
+        if cfg.beta > 0:
+            result["kl"] = float(summed[1]) / len(batch)
+        return result
+
+    def state_dict(self) -> dict:
+        """This process's state: the full model (ZeRO-1/2) and ITS partition of the optimiser.
+
+        Every process must save its own (one file per rank) and load it back; `rank` and
+        `world_size` are stored so that a resume on another process count fails clearly.
+        """
+        if self.options.deepspeed_zero_stage == 3:
+            raise ValueError("checkpoints of deepspeed_zero_stage 3 runs are not supported; use stage 1 or 2")
+        return {
+            "model": {k: v.detach().cpu() for k, v in self.policy.state_dict().items()},
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rank": self.rank,
+            "world_size": self.world_size,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        if (state.get("rank"), state.get("world_size")) != (self.rank, self.world_size):
+            raise ValueError(
+                f"checkpoint is rank {state.get('rank')} of {state.get('world_size')} processes, "
+                f"this process is rank {self.rank} of {self.world_size}"
+            )
+        self.policy.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+
+
+def gather_batch(local: UpdateBatch, local_advantages: torch.Tensor, pad_id: int) -> tuple[UpdateBatch, torch.Tensor]:
+    """The whole step's kept batch on every process, from each process's own kept rollouts.
+
+    For trainers that shard generation by process (process r samples prompts r, r+W, ...) and
+    select within its own groups: the concatenation, in rank order, is what `step` splits back.
+    Widths differ between processes, so prompts are re-padded on the left and completions on
+    the right.
+    """
+    rank, size = world()
+    if size == 1:
+        return local, local_advantages
+    items = [None] * size
+    payload = (local.input_ids, local.attention_mask, local.completion_mask, local_advantages)
+    dist.all_gather_object(items, tuple(t.cpu() for t in payload))
+    P = max(ids.shape[1] - cm.shape[1] for ids, _, cm, _ in items)
+    T = max(cm.shape[1] for _, _, cm, _ in items)
+    ids_out, att_out, cm_out, adv_out = [], [], [], []
+    for ids, att, cm, adv in items:
+        t = cm.shape[1]
+        p = ids.shape[1] - t
+        rows = ids.shape[0]
+        new_ids = torch.full((rows, P + T), pad_id, dtype=ids.dtype)
+        new_att = torch.zeros((rows, P + T), dtype=att.dtype)
+        new_cm = torch.zeros((rows, T), dtype=cm.dtype)
+        new_ids[:, P - p : P + t], new_att[:, P - p : P + t], new_cm[:, :t] = ids, att, cm
+        ids_out.append(new_ids), att_out.append(new_att), cm_out.append(new_cm), adv_out.append(adv)
+    batch = UpdateBatch(torch.cat(ids_out), torch.cat(att_out), torch.cat(cm_out))
+    return batch, torch.cat(adv_out)

@@ -1,0 +1,138 @@
+"""The `deepspeed` update engine: ZeRO-1/2 with 2 processes over gloo on CPU equals one process.
+
+A tiny Llama built from a config; both processes get the same whole-step batch, each trains its
+half. Loss, updated weights and log-probs must match the single-process `torch` engine's.
+"""
+import os
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+pytest.importorskip("deepspeed")
+
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+from pods.config import TrainConfig  # noqa: E402
+from pods.update.base import UpdateBatch  # noqa: E402
+from pods.update.torch_engine import TorchUpdateEngine  # noqa: E402
+
+VOCAB = 40
+ROWS = 8  # prompts_per_step 2 x m 4
+
+
+def tiny_llama(seed: int = 0) -> LlamaForCausalLM:
+    config = LlamaConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, max_position_embeddings=64, tie_word_embeddings=True, pad_token_id=0,
+    )
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config)
+
+
+def make_batch(seed: int = 0, prompt: int = 5, completion: int = 6) -> UpdateBatch:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, VOCAB, (ROWS, prompt + completion), generator=g)
+    att = torch.ones_like(ids)
+    cm = torch.ones(ROWS, completion, dtype=torch.long)
+    for i in range(ROWS):
+        att[i, : i % 2] = 0
+        end = completion - (i % 3) * 2  # rows end at different points: token counts differ by shard
+        cm[i, end:] = 0
+        att[i, prompt + end :] = 0
+    return UpdateBatch(ids, att, cm)
+
+
+def train_config(stage: int, loss_agg: str) -> TrainConfig:
+    cfg = TrainConfig(
+        lr=1e-2, micro_batch=2, prompts_per_step=2, n=8, m=4, rule="max_variance", max_grad_norm=1.0,
+        weight_decay=0.0, loss_agg=loss_agg,
+    )
+    cfg.deepspeed_zero_stage = stage  # engine option, read by name
+    cfg.dist_backend = "gloo"
+    return cfg
+
+
+ADVANTAGES = torch.tensor([1.2, -0.8, 0.3, -0.7, 0.9, -1.1, 0.1, 0.1])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# (ZeRO stage, loss aggregation): bnpo divides by the step's token count, which differs between
+# the two processes' halves, so it checks that totals are the whole step's, not each process's.
+SETTINGS = [(1, "bnpo"), (2, "grpo")]
+
+
+def _worker(rank, world, port, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    from pods.update.deepspeed_engine import DeepSpeedUpdateEngine
+
+    for stage, loss_agg in SETTINGS:  # one process group for every setting: start-up is the cost
+        engine = DeepSpeedUpdateEngine(model=tiny_llama(), config=train_config(stage, loss_agg))
+        results = [engine.step(make_batch(s), ADVANTAGES) for s in (0, 1)]
+        logprobs = engine.logprobs(make_batch(2))
+        params = {k: v.detach().clone() for k, v in engine.policy.state_dict().items()}
+        out[(rank, stage, loss_agg)] = dict(
+            results=results, logprobs=logprobs, params=params,
+            micro_batches=len(list(engine._micro_batches(make_batch(0)))),
+        )
+    torch.distributed.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def distributed() -> dict:
+    manager = mp.Manager()
+    out = manager.dict()
+    mp.spawn(_worker, args=(2, _free_port(), out), nprocs=2, join=True)
+    return dict(out)
+
+
+def run_single(loss_agg: str) -> dict:
+    torch.set_num_threads(1)
+    engine = TorchUpdateEngine(model=tiny_llama(), config=train_config(2, loss_agg))
+    results = [engine.step(make_batch(s), ADVANTAGES) for s in (0, 1)]
+    return dict(results=results, logprobs=engine.logprobs(make_batch(2)), params=engine.policy.state_dict())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage,loss_agg", SETTINGS)
+def test_two_processes_equal_one(distributed, stage, loss_agg):
+    single = run_single(loss_agg)
+    dist_out = {rank: distributed[(rank, stage, loss_agg)] for rank in (0, 1)}
+    assert dist_out[0]["micro_batches"] == dist_out[1]["micro_batches"] == 2  # 4 rows each, micro 2
+    for step in (0, 1):
+        for rank in (0, 1):
+            assert dist_out[rank]["results"][step]["loss"] == pytest.approx(single["results"][step]["loss"], rel=1e-5, abs=1e-7)
+            assert dist_out[rank]["results"][step]["grad_norm"] == pytest.approx(single["results"][step]["grad_norm"], rel=1e-4)
+    for name, value in single["params"].items():
+        for rank in (0, 1):
+            assert torch.allclose(dist_out[rank]["params"][name], value, atol=1e-5), (rank, name)
+    assert torch.allclose(dist_out[0]["logprobs"], single["logprobs"], atol=1e-5)
+    assert torch.equal(dist_out[0]["logprobs"], dist_out[1]["logprobs"])
+
+
+def test_split_and_config_helpers():
+    from pods.update.deepspeed_engine import DeepSpeedOptions, deepspeed_config, shard
+
+    assert [shard(8, r, 2) for r in (0, 1)] == [(0, 4), (4, 8)]
+    with pytest.raises(ValueError, match="split evenly"):
+        shard(6, 0, 4)
+    cfg = train_config(2, "grpo")
+    cfg.micro_batch = 32
+    cfg.prompts_per_step, cfg.m = 32, 32  # the paper's PODS arm: 32 x 32 rows over 8 GPUs
+    ds = deepspeed_config(cfg, DeepSpeedOptions.from_config(cfg), world_size=8, rows_per_step=32 * 32)
+    assert ds["train_micro_batch_size_per_gpu"] == 32 and ds["gradient_accumulation_steps"] == 4
+    assert ds["train_batch_size"] == 1024 and ds["zero_optimization"]["stage"] == 2
+    cfg.m = 128  # GRPO-GA: every rollout trained, 16 micro-batches of 32 per GPU
+    ds = deepspeed_config(cfg, DeepSpeedOptions.from_config(cfg), world_size=8, rows_per_step=32 * 128)
+    assert ds["gradient_accumulation_steps"] == 16
+    cfg.deepspeed_zero_stage = 4
+    with pytest.raises(ValueError, match="deepspeed_zero_stage"):
+        DeepSpeedOptions.from_config(cfg)
