@@ -200,7 +200,7 @@ def _align_exact(times: np.ndarray, values: np.ndarray, grid: np.ndarray) -> np.
     return np.array([lookup.get(t, np.nan) for t in grid.tolist()], dtype=float)
 
 
-def _check_columns(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
+def check_columns(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise ValueError(f"{what} lacks column(s) {', '.join(missing)}")
@@ -215,7 +215,7 @@ def align_to_grid(df: pd.DataFrame, grid: Sequence[float], how: str = "nearest",
     """
     if how not in ALIGNERS:
         raise ValueError(f"unknown alignment {how!r}; choose from {sorted(ALIGNERS)}")
-    _check_columns(df, ["seed", "train_time_s", value], "align_to_grid input")
+    check_columns(df, ["seed", "train_time_s", value], "align_to_grid input")
     grid = np.asarray(grid, dtype=float)
     keys = [k for k in ("benchmark", "hardware", "method", "eval_set") if k in df.columns] + ["seed"]
     groups, values = [], []
@@ -272,7 +272,7 @@ def default_grid(df: pd.DataFrame) -> np.ndarray:
     """The common evaluation times when every seed shares them (checkpoint schedules); otherwise
     a regular grid at the median evaluation interval (snapped to a round clock interval) up to the
     shortest seed's last evaluation."""
-    _check_columns(df, ["seed", "train_time_s"], "default_grid input")
+    check_columns(df, ["seed", "train_time_s"], "default_grid input")
     per_seed = [np.unique(g["train_time_s"].to_numpy(float)) for _, g in df.groupby(
         [k for k in RUN_KEYS if k in df.columns])]
     if not per_seed:
@@ -334,8 +334,8 @@ def time_to_target(baseline_curve: pd.DataFrame, method_curve: pd.DataFrame,
     """PAPER.md 2.3 on two mean curves (DataFrames with columns t, mean) on the same grid."""
     if not 0 < threshold <= 1:
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")
-    _check_columns(baseline_curve, ["t", "mean"], "baseline curve")
-    _check_columns(method_curve, ["t", "mean"], "method curve")
+    check_columns(baseline_curve, ["t", "mean"], "baseline curve")
+    check_columns(method_curve, ["t", "mean"], "method curve")
     t = baseline_curve["t"].to_numpy(float)
     if not np.array_equal(t, method_curve["t"].to_numpy(float)):
         raise ValueError("baseline and method curves are on different grids")

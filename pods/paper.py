@@ -40,7 +40,6 @@ report, as the authors' script intersects them too.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -409,6 +408,18 @@ def import_cluster(src: Path, name: str, cluster: Cluster, out: Path) -> tuple[l
     return run_dirs, notes
 
 
+def _present(files: list[Path], setting: str, report: dict) -> bool:
+    """True when all files are there, False (reported missing) when none are; else an error."""
+    present = [f for f in files if f.exists()]
+    if not present:
+        report["missing"][setting] = [f.name for f in files]
+        return False
+    if len(present) < len(files):
+        absent = next(f for f in files if not f.exists())
+        raise FileNotFoundError(f"{absent} is missing (other files of {setting} are present)")
+    return True
+
+
 def import_release(src: str | os.PathLike, out: str | os.PathLike) -> dict:
     """Import every released setting present in `src` into `<out>/runs/...`.
 
@@ -420,37 +431,30 @@ def import_release(src: str | os.PathLike, out: str | os.PathLike) -> dict:
     if not src.is_dir():
         raise FileNotFoundError(f"release folder {src} does not exist")
     report = {"source": str(src), "commit": RELEASE_COMMIT, "imported": {}, "missing": {}, "notes": []}
-    base_cache: dict[tuple[str, str], list[dict]] = {}
+    # every presence check first, so a missing file stops the import before anything is written
+    single, clusters = [], []
     for family_name, rule, n, m, beta in SINGLE_GPU_SETTINGS:
         prefix = setting_prefix(family_name, rule, n, m, beta)
         files = [src / f"{prefix}-Run{k}.json" for k in range(1, RUNS_PER_SETTING + 1)]
-        present = [f for f in files if f.exists()]
-        if not present:
-            report["missing"][prefix] = [f.name for f in files]
-            continue
-        if len(present) < len(files):
-            absent = next(f for f in files if not f.exists())
-            raise FileNotFoundError(f"{absent} is missing (other runs of {prefix} are present)")
-        family = FAMILIES[family_name]
-        key = (family.base_file, family.metric)
-        if key not in base_cache:
-            base_path = src / family.base_file
+        if _present(files, prefix, report):
+            base_path = src / FAMILIES[family_name].base_file
             if not base_path.exists():
                 raise FileNotFoundError(f"{base_path} is missing (needed as the t = 0 point of {prefix})")
-            base_cache[key] = eval_rows(_read_json(base_path), family.metric, base_path.name)
+            single.append((prefix, FAMILIES[family_name], rule, n, m, files))
+    for name, cluster in CLUSTERS.items():
+        if _present([src / f"{name}-{kind}.csv" for kind in ("acc", "length")], name, report):
+            clusters.append((name, cluster))
+
+    base_cache: dict[tuple[str, str], list[dict]] = {}
+    for prefix, family, rule, n, m, files in single:
+        key = (family.base_file, family.metric)
+        if key not in base_cache:
+            base_cache[key] = eval_rows(_read_json(src / family.base_file), family.metric, family.base_file)
         for k, path in enumerate(files, 1):
             import_single_gpu_run(path, base_cache[key], family, rule, n, m, k, out)
         report["imported"][prefix] = {"benchmark": family.benchmark, "hardware": SINGLE_GPU_HARDWARE,
                                       "method": setting_method(rule, n, m), "runs": len(files)}
-    for name, cluster in CLUSTERS.items():
-        files = [src / f"{name}-{kind}.csv" for kind in ("acc", "length")]
-        present = [f for f in files if f.exists()]
-        if not present:
-            report["missing"][name] = [f.name for f in files]
-            continue
-        if len(present) < len(files):
-            absent = next(f for f in files if not f.exists())
-            raise FileNotFoundError(f"{absent} is missing (its pair {present[0].name} is present)")
+    for name, cluster in clusters:
         run_dirs, notes = import_cluster(src, name, cluster, out)
         report["notes"] += notes
         report["imported"][name] = {"benchmark": "gsm8k", "hardware": cluster.hardware,

@@ -118,7 +118,7 @@ def curve_figure(curves: Mapping[str, pd.DataFrame], stem: str | os.PathLike, xl
 
 def phase_table(steps: pd.DataFrame) -> pd.DataFrame:
     """Per method: mean seconds per step in generation, update and everything else."""
-    analysis._check_columns(steps, ["method", "step_s", "generate_s", "update_s"], "steps")
+    analysis.check_columns(steps, ["method", "step_s", "generate_s", "update_s"], "steps")
     per_run = steps.groupby(analysis.RUN_KEYS)[["step_s", "generate_s", "update_s"]].mean().reset_index()
     table = per_run.groupby("method")[["step_s", "generate_s", "update_s"]].mean()
     return pd.DataFrame({"generate": table["generate_s"], "update": table["update_s"],

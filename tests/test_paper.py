@@ -159,6 +159,7 @@ def test_a_missing_run_of_a_present_setting_is_an_error_naming_it(tmp_path):
     (src / "Instruct-Llama-512-64-16-0.04-Run3.json").unlink()
     with pytest.raises(FileNotFoundError, match="Instruct-Llama-512-64-16-0.04-Run3.json is missing"):
         paper.import_release(src, tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # checked before anything is written
 
 
 def test_a_missing_base_model_file_is_an_error_naming_it(tmp_path):
@@ -186,7 +187,7 @@ def test_a_malformed_run_file_is_an_error_naming_it(tmp_path, damage, message):
 def test_wandb_export_problems_are_errors_naming_the_file(tmp_path):
     src = _copy_fixtures(tmp_path)
     (src / "a100s-length.csv").unlink()
-    with pytest.raises(FileNotFoundError, match="a100s-length.csv is missing"):
+    with pytest.raises(FileNotFoundError, match="a100s-length.csv is missing \\(other files of a100s"):
         paper.import_release(src, tmp_path / "out")
     src = _copy_fixtures(tmp_path / "b")
     text = (src / "a100s-acc.csv").read_text().replace("GR7B-s13-p8", "GR7B-s13-q8", 1)
