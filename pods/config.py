@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
 import math
 import re
 from dataclasses import dataclass, field
@@ -237,6 +238,10 @@ class TrainConfig:
             need(getattr(self, key) in options, key, f"must be one of {', '.join(sorted(options))}")
 
         choice("benchmark", TASKS)
+        try:  # the options must fit the task's factory; checked now, the task is built later
+            inspect.signature(TASKS[self.benchmark]).bind_partial(**self.task_options)
+        except TypeError as exc:
+            raise ValueError(f"config key 'task_options': {exc} (benchmark {self.benchmark!r})") from None
         need(self.n >= 1, "n", "must be >= 1")
         need(1 <= self.m <= self.n, "m", f"must satisfy 1 <= m <= n (n = {self.n})")
         choice("rule", SELECTION_RULES)

@@ -14,7 +14,8 @@ def test_defaults_validate_and_name_the_run():
 def test_yaml_then_overrides(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump({"n": 64, "m": 16, "lr": 3e-5, "max_steps": 10, "eval_every_s": None}))
-    cfg = load_train_config(path, ["rule=random", "seed=3", "micro_batch=32"])
+    cfg = load_train_config(path, ["rule=random", "seed=3", "micro_batch=32", "weight_decay=1e-2"])
+    assert cfg.weight_decay == 0.01  # YAML 1.1 reads 1e-2 as a string; a float field takes it
     assert (cfg.n, cfg.m, cfg.rule, cfg.seed, cfg.lr, cfg.max_steps) == (64, 16, "random", 3, 3e-5, 10)
     assert cfg.eval_every_s is None
     assert parse_method(cfg.method) == ("random", 64, 16)
@@ -40,6 +41,8 @@ def test_equal_generation_baseline_is_grpo_with_more_micro_batches():
         (["max_steps=null", "max_train_time_s=null"], "budget"),
         (["n"], "key=value"),
         (["eval_repeats=5"], "eval_repeats"),
+        (["task_options={test_sise: 10}"], "'task_options'"),
+        (["lr=fast"], "'lr' must be float"),
     ],
 )
 def test_bad_overrides_raise_one_line_naming_the_key(overrides, message):
