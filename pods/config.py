@@ -191,6 +191,44 @@ class TrainConfig:
         default=1, metadata={"help": "torch CPU threads (1 keeps parallel runs on a shared CPU from interfering)."}
     )
     device: str = field(default="cpu", metadata={"help": "torch device of the policy."})
+    gradient_checkpointing: bool = field(
+        default=False, metadata={"help": "Recompute activations in the backward pass (long completions on a GPU)."}
+    )
+    optimizer: str = field(
+        default="adamw", metadata={"help": "`adamw` (torch), or `adamw_8bit` (bitsandbytes, the paper's; lora engine)."}
+    )
+
+    # ---- engine options: read by the engine named in the comment (its options class validates them)
+    lora_rank: int = field(default=64, metadata={"help": "lora: LoRA rank r (paper: 64)."})
+    lora_alpha: int = field(default=64, metadata={"help": "lora: LoRA alpha; the update is scaled by alpha / r (paper: 64)."})
+    lora_dropout: float = field(default=0.0, metadata={"help": "lora: dropout on the adapter input (paper: 0)."})
+    lora_target_modules: str = field(
+        default="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+        metadata={"help": "lora: comma-separated module names that get an adapter, or `all-linear`."},
+    )
+    load_in_4bit: bool = field(
+        default=False, metadata={"help": "lora: reload the base in 4-bit NF4 (bitsandbytes, CUDA) under the adapter."}
+    )
+    deepspeed_zero_stage: int = field(default=2, metadata={"help": "deepspeed: ZeRO stage 0-3 (paper: 2)."})
+    deepspeed_offload_optimizer: bool = field(
+        default=False, metadata={"help": "deepspeed: optimiser states in host memory (ZeRO-Offload)."}
+    )
+    dist_backend: str = field(
+        default="", metadata={"help": "deepspeed: torch.distributed backend; empty: nccl on CUDA, gloo on CPU."}
+    )
+    vllm_gpu_memory_utilization: float = field(
+        default=0.5, metadata={"help": "vllm: share of the GPU memory vLLM may take; the update gets the rest."}
+    )
+    vllm_sleep: bool = field(
+        default=True, metadata={"help": "vllm: sleep between generations (free the KV cache, offload weights)."}
+    )
+    vllm_max_model_len: int | None = field(
+        default=None, metadata={"help": "vllm: longest prompt + completion in tokens; null: max_new_tokens + 1024."}
+    )
+    vllm_enforce_eager: bool = field(
+        default=False, metadata={"help": "vllm: skip CUDA-graph capture (slower decoding, faster start)."}
+    )
+    vllm_dtype: str = field(default="auto", metadata={"help": "vllm: weight dtype of vLLM's copy (auto: the checkpoint's)."})
 
     # ---- derived values
     @property
@@ -255,6 +293,9 @@ class TrainConfig:
         choice("rollout_engine", ROLLOUT_ENGINES)
         choice("update_engine", UPDATE_ENGINES)
         choice("precision", PRECISIONS)
+        choice("optimizer", ("adamw", "adamw_8bit"))
+        need(self.optimizer == "adamw" or self.update_engine == "lora", "optimizer",
+             "adamw_8bit is implemented by update_engine 'lora' only")
         for key in ("prompts_per_step", "micro_batch", "max_new_tokens", "eval_repeats", "eval_batch", "num_threads"):
             need(getattr(self, key) >= 1, key, "must be >= 1")
         for key in ("lr", "temperature", "eval_temperature"):

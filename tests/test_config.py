@@ -67,3 +67,27 @@ def test_every_field_is_documented():
     import dataclasses
 
     assert all(f.metadata.get("help") for f in dataclasses.fields(TrainConfig))
+
+
+@pytest.mark.parametrize(
+    "module, options",
+    [("pods.update.lora", "LoraOptions"), ("pods.update.deepspeed_engine", "DeepSpeedOptions"), ("pods.rollout.vllm", "VLLMOptions")],
+)
+def test_engine_options_are_config_fields_with_the_engines_defaults(module, options):
+    """Engines read their options from TrainConfig fields of the same name: keep both in step."""
+    import dataclasses
+    import importlib
+
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    defaults = TrainConfig()
+    for f in dataclasses.fields(getattr(importlib.import_module(module), options)):
+        assert f.name in fields, f.name
+        assert getattr(defaults, f.name) == (f.default_factory() if f.default is dataclasses.MISSING else f.default), f.name
+
+
+def test_paper_profile_keys_are_accepted():
+    cfg = load_train_config(None, ["update_engine=lora", "rollout_engine=vllm", "lora_rank=16", "optimizer=adamw_8bit",
+                                   "vllm_sleep=false", "gradient_checkpointing=true"])
+    assert (cfg.lora_rank, cfg.optimizer, cfg.vllm_sleep) == (16, "adamw_8bit", False)
+    with pytest.raises(ValueError, match="'optimizer'"):
+        load_train_config(None, ["optimizer=adamw_8bit"])

@@ -8,6 +8,7 @@ from pods.rollout.base import RolloutEngine, Rollouts, encode_prompts
 
 ROLLOUT_ENGINES: dict[str, str] = {
     "hf": "pods.rollout.hf:HFRolloutEngine",  # CPU/GPU, KV cache, each prompt prefilled once
+    "vllm": "pods.rollout.vllm:VLLMRolloutEngine",  # CUDA, colocated vLLM, weights/LoRA pushed after each update
     "vllm": "pods.rollout.vllm:VLLMRolloutEngine",  # CUDA, in-process vLLM colocated with training
 }
 

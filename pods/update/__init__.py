@@ -8,6 +8,8 @@ from pods.update.base import UpdateBatch, UpdateEngine
 
 UPDATE_ENGINES: dict[str, str] = {
     "torch": "pods.update.torch_engine:TorchUpdateEngine",  # one device, AdamW
+    "lora": "pods.update.lora:LoraUpdateEngine",  # the torch engine training a peft adapter (4-bit base optional)
+    "deepspeed": "pods.update.deepspeed_engine:DeepSpeedUpdateEngine",  # ZeRO 1-3, one process per device
     "lora": "pods.update.lora:LoraUpdateEngine",  # torch engine training a peft LoRA adapter
     "deepspeed": "pods.update.deepspeed_engine:DeepSpeedUpdateEngine",  # ZeRO-1/2/3, multi-process
 }

@@ -43,6 +43,8 @@ class TorchUpdateEngine(UpdateEngine):
         # dropout off for good: the ratio and the KL compare log-probs of the same weights, which
         # must not differ by a dropout mask (gradients flow in eval mode all the same)
         self.policy.eval()
+        if config.gradient_checkpointing:
+            self.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.optimizer = torch.optim.AdamW(
             [p for p in self.policy.parameters() if p.requires_grad],
             lr=config.lr, weight_decay=config.weight_decay, betas=(config.adam_beta1, config.adam_beta2),
