@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from pods import io
@@ -36,6 +37,38 @@ from pods.update import UpdateBatch, make_update_engine
 CHECKPOINT = "checkpoint/state.pt"
 # Keys that may differ when a run is started again: a larger budget extends a finished run.
 RESUMABLE_CHANGES = {"max_train_time_s", "max_steps"}
+
+
+# --- processes -----------------------------------------------------------------------------------
+# A multi-process update engine (deepspeed) starts torch.distributed. Each process then generates,
+# scores and selects for its own share of the step's prompts (generation is the parallel phase),
+# the kept rollouts are gathered, and the engine splits the update over the processes again.
+# Process 0 alone writes the run files; each process keeps its own checkpoint.
+def world() -> tuple[int, int]:
+    """(rank, world size); (0, 1) outside a distributed run."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def all_sum(values: list[float]) -> list[float]:
+    """Element-wise sum over processes (identity in one process)."""
+    if world()[1] == 1:
+        return values
+    nccl = dist.get_backend() == "nccl"
+    t = torch.tensor(values, dtype=torch.float64, device=torch.cuda.current_device() if nccl else "cpu")
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def barrier() -> None:
+    if world()[1] > 1:
+        dist.barrier()
+
+
+def checkpoint_path(run_dir: Path) -> Path:
+    rank, size = world()
+    return run_dir / (CHECKPOINT if size == 1 else CHECKPOINT.replace(".pt", f"-rank{rank}.pt"))
 
 
 # --- data ----------------------------------------------------------------------------------------
@@ -112,7 +145,7 @@ def save_checkpoint(run_dir: Path, updater, progress: Progress) -> None:
 
     buffer = _bytes.BytesIO()
     torch.save({"engine": updater.state_dict(), "progress": vars(progress), "rng": rng_state()}, buffer)
-    io.atomic_write_bytes(run_dir / CHECKPOINT, buffer.getvalue())
+    io.atomic_write_bytes(checkpoint_path(run_dir), buffer.getvalue())
 
 
 def resume_or_start(cfg: TrainConfig, run_dir: Path, updater) -> tuple[Progress, dict | None]:
@@ -122,7 +155,11 @@ def resume_or_start(cfg: TrainConfig, run_dir: Path, updater) -> tuple[Progress,
     restores just before the loop, after everything that might draw from them at start-up.
     """
     steps, evals = run_dir / "steps.jsonl", run_dir / "evals.jsonl"
-    if (run_dir / CHECKPOINT).exists():
+    rank, size = world()
+    found = all_sum([float(checkpoint_path(run_dir).exists())])[0]
+    if 0 < found < size:
+        raise ValueError(f"{run_dir}: only {int(found)} of {size} processes have a checkpoint; delete checkpoint/ to restart")
+    if found:
         saved = io.read_yaml(run_dir / "config.yaml") if (run_dir / "config.yaml").exists() else {}
         for key, value in cfg.to_dict().items():
             if key not in RESUMABLE_CHANGES and key in saved and saved[key] != value:
@@ -130,15 +167,19 @@ def resume_or_start(cfg: TrainConfig, run_dir: Path, updater) -> tuple[Progress,
                     f"{run_dir} holds a checkpoint of a run with {key}={saved[key]!r}, not {value!r}; "
                     "use another run_dir or delete it"
                 )
-        state = torch.load(run_dir / CHECKPOINT, weights_only=False)
+        state = torch.load(checkpoint_path(run_dir), weights_only=False)
         updater.load_state_dict(state["engine"])
         progress = Progress(**state["progress"])
-        io.truncate_jsonl(steps, lambda r: r["step"] <= progress.step)
-        io.truncate_jsonl(evals, lambda r: r["step"] <= progress.step)
+        if rank == 0:
+            io.truncate_jsonl(steps, lambda r: r["step"] <= progress.step)
+            io.truncate_jsonl(evals, lambda r: r["step"] <= progress.step)
+        barrier()
         return progress, state["rng"]
     # No checkpoint: whatever an earlier attempt logged cannot be continued, so start clean.
-    for path in (steps, evals, run_dir / "summary.json"):
-        path.unlink(missing_ok=True)
+    if rank == 0:
+        for path in (steps, evals, run_dir / "summary.json"):
+            path.unlink(missing_ok=True)
+    barrier()
     return Progress(), None
 
 
@@ -180,7 +221,7 @@ def startup_lines(cfg: TrainConfig) -> str:
 
 # --- the loop ------------------------------------------------------------------------------------
 def train(cfg: TrainConfig, *, progress_bar: bool = True) -> dict:
-    """Run (or resume) one training run; returns its summary."""
+    """Run (or resume) one training run; returns its summary (on process 0)."""
     from pods.models import load_policy
     from pods.tasks import get_task
 
@@ -190,14 +231,24 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True) -> dict:
     model, tokenizer = load_policy(cfg.model_path(), device=cfg.device)
     updater = make_update_engine(cfg.update_engine, model=model, config=cfg)
     sampler = make_rollout_engine(cfg.rollout_engine, model=updater.policy, tokenizer=tokenizer, config=cfg)
+    rank, size = world()  # after the update engine, which starts torch.distributed if it needs it
+    if cfg.prompts_per_step % size:
+        raise ValueError(f"config key 'prompts_per_step': {cfg.prompts_per_step} does not split over {size} processes")
+    lead = rank == 0  # writes the run files
     eval_set = EvalSet.build(task, tokenizer, cfg.eval_items)
     need_ref = cfg.beta > 0 or cfg.always_compute_ref
 
     run_dir.mkdir(parents=True, exist_ok=True)
     state, saved_rng = resume_or_start(cfg, run_dir, updater)
-    io.write_yaml(run_dir / "config.yaml", cfg.to_dict())
+    if lead:
+        io.write_yaml(run_dir / "config.yaml", cfg.to_dict())
+        print(startup_lines(cfg) + (f" | {size} processes" if size > 1 else "")
+              + (f" | resuming at step {state.step}" if state.step else ""), flush=True)
     prompts = PromptStream(task.train_problems(cfg.seed), cfg.seed, state.data_position)
-    print(startup_lines(cfg) + (f" | resuming at step {state.step}" if state.step else ""), flush=True)
+
+    def train_time() -> float:
+        """The training clock, process 0's everywhere: every process must take the same branches."""
+        return clock.train if size == 1 else all_sum([clock.train if lead else 0.0])[0]
 
     def run_eval() -> dict:
         # stamped with the training time at which these weights were reached
@@ -206,9 +257,10 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True) -> dict:
             result = evaluate(
                 sampler, task, tokenizer, eval_set, greedy=cfg.eval_greedy, repeats=cfg.eval_repeats,
                 temperature=cfg.eval_temperature, max_new_tokens=cfg.max_new_tokens,
-                batch_size=cfg.eval_batch, seed=cfg.seed,
+                batch_size=cfg.eval_batch, seed=cfg.seed, rank=rank, world_size=size, reduce=all_sum,
             )
-            io.append_jsonl(run_dir / "evals.jsonl", record | result)
+            if lead:
+                io.append_jsonl(run_dir / "evals.jsonl", record | result)
             state.last_eval_step = state.step
         return result
 
@@ -216,7 +268,9 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True) -> dict:
         with clock.paused():
             state.train_s, state.wall_s, state.data_position = clock.train, clock.wall, prompts.position
             save_checkpoint(run_dir, updater, state)
-            summarize(cfg, run_dir, state, complete)
+            barrier()
+            if lead:
+                summarize(cfg, run_dir, state, complete)
 
     clock, timer = TrainClock(state.train_s, state.wall_s), PhaseTimer()
     if state.step == 0 and state.last_eval_step < 0:
@@ -228,19 +282,19 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True) -> dict:
     if saved_rng is None:
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)
-        torch.manual_seed(cfg.seed)
+        torch.manual_seed(cfg.seed + 1_000_003 * rank)  # processes sample different rollouts
     else:
         set_rng_state(saved_rng)
     bar = tqdm(
         total=cfg.max_steps if cfg.max_steps is not None else round(cfg.max_train_time_s),
         initial=state.step if cfg.max_steps is not None else min(round(clock.train), round(cfg.max_train_time_s)),
-        unit="step" if cfg.max_steps is not None else "s", disable=not progress_bar, dynamic_ncols=True,
+        unit="step" if cfg.max_steps is not None else "s", disable=not (progress_bar and lead), dynamic_ncols=True,
     )
-    while not budget_spent(cfg, state.step, clock.train):
+    while not budget_spent(cfg, state.step, train_time()):
         step_start = clock.train
-        # 1. n rollouts per prompt, each prompt prefilled once
+        # 1. n rollouts per prompt, each prompt prefilled once (each process: its share of prompts)
         with timer("generate"):
-            problems = prompts.take(cfg.prompts_per_step)
+            problems = prompts.take(cfg.prompts_per_step)[rank::size]
             prompt_ids = encode_prompts(tokenizer, [task.render_prompt(p, tokenizer) for p in problems])
             sampler.sync_weights(updater.policy)
             rollouts = sampler.generate(prompt_ids, cfg.n, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
@@ -250,40 +304,51 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True) -> dict:
         with timer("select"):
             kept = select(rewards, cfg.m, cfg.rule)
             batch = UpdateBatch.from_rollouts(rollouts, kept_rows(kept, cfg.n), tokenizer.pad_token_id)
-            advantages = kept_advantages(rewards, kept, normalize_over=cfg.normalize_over, scale=cfg.scale_rewards)
+            advantages = kept_advantages(rewards, kept, normalize_over=cfg.normalize_over, scale=cfg.scale_rewards).flatten()
+            if size > 1:  # the whole step's kept rollouts on every process; the engine splits the update
+                from pods.update.deepspeed_engine import gather_batch
+
+                batch, advantages = gather_batch(batch, advantages, tokenizer.pad_token_id)
         # 3. One gradient step per generated batch: the sampling policy is the current one, so the
         # "old" log-probs come detached from the update's own forward pass (old_logprobs=None), and
         # the reference pass runs only when the KL term (or the authors' cost) asks for it.
         with timer("logprob"):
             ref_logprobs = updater.ref_logprobs(batch) if need_ref else None
         with timer("update"):
-            metrics = updater.step(batch, advantages.flatten().float(), None, ref_logprobs)
+            metrics = updater.step(batch, advantages.float(), None, ref_logprobs)
         state.step += 1
 
         phases = timer.lap()
+        generated, tokens, reward_sum, flat, kept_flat = all_sum([
+            len(rollouts), rollouts.num_tokens, rewards.sum().item(),
+            zero_variance_frac(rewards) * len(problems),
+            zero_variance_frac(torch.gather(rewards, 1, kept)) * len(problems),
+        ])
         record = {
             "step": state.step, "train_time_s": round(clock.train, 4), "wall_time_s": round(clock.wall, 4),
             **{k: round(v, 6) for k, v in phases.items()}, "step_s": round(clock.train - step_start, 6),
-            "rollouts_generated": len(rollouts), "rollouts_trained": len(batch),
-            "tokens_generated": rollouts.num_tokens, "tokens_trained": batch.num_tokens,
-            "reward_mean": rewards.mean().item(),
-            "zero_variance_frac": zero_variance_frac(rewards),
-            "kept_zero_variance_frac": zero_variance_frac(torch.gather(rewards, 1, kept)),
-            **{k: v for k, v in metrics.items()},
+            "rollouts_generated": int(generated), "rollouts_trained": len(batch),
+            "tokens_generated": int(tokens), "tokens_trained": batch.num_tokens,
+            "reward_mean": reward_sum / generated,
+            "zero_variance_frac": flat / cfg.prompts_per_step,  # share of groups with no learning signal
+            "kept_zero_variance_frac": kept_flat / cfg.prompts_per_step,
+            **metrics,
         }
-        io.append_jsonl(run_dir / "steps.jsonl", record)
+        if lead:
+            io.append_jsonl(run_dir / "steps.jsonl", record)
 
         # 4. evaluation and checkpoints on their schedules, off the training clock
-        done = budget_spent(cfg, state.step, clock.train)
+        now = train_time()
+        done = budget_spent(cfg, state.step, now)
         by_steps = cfg.eval_every_steps is not None and state.step % cfg.eval_every_steps == 0
-        by_time = cfg.eval_every_s is not None and clock.train >= state.next_eval_s
+        by_time = cfg.eval_every_s is not None and now >= state.next_eval_s
         if by_steps or by_time or done:
             accuracy = run_eval()["accuracy"]
-            while cfg.eval_every_s is not None and state.next_eval_s <= clock.train:
+            while cfg.eval_every_s is not None and state.next_eval_s <= now:
                 state.next_eval_s += cfg.eval_every_s
-        if not done and clock.train >= state.next_checkpoint_s:
+        if not done and now >= state.next_checkpoint_s:
             checkpoint(complete=False)
-            state.next_checkpoint_s = clock.train + cfg.checkpoint_every_s
+            state.next_checkpoint_s = now + cfg.checkpoint_every_s
 
         bar.update(1 if cfg.max_steps is not None else max(0, round(clock.train) - bar.n))
         bar.set_postfix(step=state.step, reward=f"{record['reward_mean']:.3f}", acc=f"{accuracy:.3f}",
@@ -293,6 +358,8 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True) -> dict:
     if state.last_eval_step != state.step:  # e.g. resumed from a checkpoint taken before the final eval
         run_eval()
     checkpoint(complete=True)
+    if not lead:
+        return {}
     summary = summarize(cfg, run_dir, state, complete=True)
     print(
         f"{cfg.method}: {state.step} steps in {state.train_s:.1f} s of training "

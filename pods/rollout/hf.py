@@ -7,6 +7,7 @@ accumulate, so long-tailed length distributions do not keep paying for finished 
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from transformers import DynamicCache
 
 from pods.rollout.base import RolloutEngine, Rollouts
@@ -27,6 +28,12 @@ class HFRolloutEngine(RolloutEngine):
 
     def __init__(self, *, model, tokenizer, config=None):
         self.model = model
+        # ZeRO-3 gathers the sharded weights inside every forward, a collective: all processes
+        # must then make the same number of decoding calls, so none stops before all are done.
+        self.lockstep = (
+            getattr(config, "update_engine", None) == "deepspeed" and getattr(config, "deepspeed_zero_stage", 0) == 3
+            and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        )
         self.pad_id = tokenizer.pad_token_id
         self.eos_id = tokenizer.eos_token_id
         if self.pad_id is None or self.eos_id is None:
@@ -34,6 +41,13 @@ class HFRolloutEngine(RolloutEngine):
 
     def sync_weights(self, model) -> None:
         self.model = model
+
+    @staticmethod
+    def _everyone(flag: bool, device) -> bool:
+        """True when `flag` is true on every process."""
+        pending = torch.tensor([0.0 if flag else 1.0], device=device)
+        dist.all_reduce(pending)
+        return pending.item() == 0
 
     @torch.no_grad()  # not inference_mode: the sampled ids are later inputs of a graph with grad
     def generate(self, prompt_ids, n, *, temperature, max_new_tokens, greedy=False, seed=None) -> Rollouts:
@@ -82,9 +96,12 @@ class HFRolloutEngine(RolloutEngine):
             tokens[active, t] = chosen
             mask[active, t] = 1
             finished = finished | (chosen == self.eos_id)
-            if t == max_new_tokens - 1 or finished.all():
+            stop = t == max_new_tokens - 1 or bool(finished.all())
+            if self.lockstep:
+                stop = self._everyone(stop, device)
+            if stop:
                 break
-            if finished.float().mean() >= COMPACT_FRACTION:
+            if finished.float().mean() >= COMPACT_FRACTION and not finished.all():
                 keep = (~finished).nonzero().squeeze(1)
                 cache.batch_select_indices(keep)
                 active, chosen, attention, next_pos = active[keep], chosen[keep], attention[keep], next_pos[keep]
