@@ -14,6 +14,7 @@ continues from the last checkpoint.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 from dataclasses import dataclass
@@ -228,7 +229,10 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True) -> dict:
     torch.set_num_threads(cfg.num_threads)
     run_dir = cfg.output_dir()
     task = get_task(cfg.benchmark, **cfg.task_options)
-    model, tokenizer = load_policy(cfg.model_path(), device=cfg.device)
+    device = cfg.device
+    if device == "cuda" and "LOCAL_RANK" in os.environ:  # one device per process under a launcher
+        device = f"cuda:{os.environ['LOCAL_RANK']}"
+    model, tokenizer = load_policy(cfg.model_path(), device=device)
     updater = make_update_engine(cfg.update_engine, model=model, config=cfg)
     sampler = make_rollout_engine(cfg.rollout_engine, model=updater.policy, tokenizer=tokenizer, config=cfg)
     rank, size = world()  # after the update engine, which starts torch.distributed if it needs it
