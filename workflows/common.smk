@@ -48,6 +48,10 @@ def _check_design(where, design, baseline, method):
         )
 
 
+# Comparison keys that only the analysis reads (pods.analysis study-file format).
+ANALYSIS_KEYS = ("grid_s", "t_max_s", "eval_set")
+
+
 def expand_comparisons(cfg):
     """One row per (comparison, benchmark, hardware, method): the study file the analysis reads."""
     rows = []
@@ -72,13 +76,13 @@ def expand_comparisons(cfg):
         for benchmark in comp["benchmarks"]:
             for hardware in comp["hardware"]:
                 for name in comp["methods"]:
-                    rows.append(
-                        dict(
-                            name=comp["name"], design=comp["design"], benchmark=benchmark,
-                            hardware=hardware, baseline=comp["baseline"], method=name,
-                            seeds=list(seeds),
-                        )
+                    row = dict(
+                        name=comp["name"], design=comp["design"], benchmark=benchmark,
+                        hardware=hardware, baseline=comp["baseline"], method=name,
+                        seeds=list(seeds),
                     )
+                    row.update({k: comp[k] for k in ANALYSIS_KEYS if k in comp})
+                    rows.append(row)
     return rows
 
 

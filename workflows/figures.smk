@@ -7,10 +7,6 @@
 ABLATIONS = ("n_scaling", "m_scaling", "rule")
 FIGURE = FIGURES + "/{benchmark}/{hardware}/{kind}{design}"
 
-wildcard_constraints:
-    design=r"(-equal_update|-equal_generation)?",
-
-
 def figure_panels():
     """(kind, benchmark, hardware, design suffix) of every figure of the study, in order."""
     panels = []
@@ -31,29 +27,36 @@ def figure_files():
     ]
 
 
-# One rule per figure kind, so that each kind carries its own caption file in the report.
-for _kind in ("accuracy", *ABLATIONS, "length", "step_time"):
-    _figure = FIGURE.replace("{kind}", _kind)
+def figure_outputs():
+    """Every PNG (in the report, with its kind's caption) and PDF of the study."""
+    outputs = []
+    for kind, benchmark, hardware, design in figure_panels():
+        stem = FIGURE.format(kind=kind, benchmark=benchmark, hardware=hardware, design=design)
+        outputs.append(report(stem + ".png", caption=f"report/{kind}.rst", category="Figures",
+                              subcategory=f"{benchmark} / {hardware}"))
+        outputs.append(stem + ".pdf")
+    return outputs
 
-    rule:
-        name:
-            f"plot_{_kind}"
-        input:
-            study=STUDY_FILE,
-            summary=SUMMARY_CSV,  # the runs are final once the tables are
-        output:
-            png=report(_figure + ".png", caption=f"report/{_kind}.rst", category="Figures",
-                       subcategory="{benchmark} / {hardware}"),
-            pdf=_figure + ".pdf",
-        params:
-            kind=_kind,
-            runs=RUNS,
-            design=lambda wc: f"--design {wc.design[1:]}" if wc.design else "",
-            prefix=lambda wc, output: output.png[: -len(".png")],
-        localrule: True
-        log:
-            f"{LOGS}/plot/{{benchmark}}/{{hardware}}/{_kind}{{design}}.log",
-        shell:
-            "pods plot {params.kind} --runs {params.runs} --study {input.study} "
-            "--benchmark {wildcards.benchmark} --hardware {wildcards.hardware} {params.design} "
-            "--out {params.prefix} > {log} 2>&1"
+
+# All figures in one job, drawn in-process with pods.plots (the functions behind `pods plot`):
+# a study has a dozen figures and each `pods plot` process would spend far longer importing
+# the package than drawing, which matters for `snakemake figures` on a 2-core machine.
+rule plots:
+    input:
+        study=STUDY_FILE,
+        summary=SUMMARY_CSV,  # the runs are final once the tables are
+    output:
+        figure_outputs(),
+    localrule: True
+    log:
+        f"{LOGS}/plots.log",
+    run:
+        from pods import analysis, plots
+
+        study = analysis.load_study(input.study)
+        with open(log[0], "w") as fh:
+            for kind, benchmark, hardware, design in figure_panels():
+                stem = FIGURE.format(kind=kind, benchmark=benchmark, hardware=hardware, design=design)
+                written = plots.plot_study_figure(kind, RUNS, study, benchmark, hardware, stem,
+                                                  design=design[1:] or None)
+                print(*written, sep="\n", file=fh)
