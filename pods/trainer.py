@@ -351,8 +351,8 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True) -> dict:
             while cfg.eval_every_s is not None and state.next_eval_s <= now:
                 state.next_eval_s += cfg.eval_every_s
         if not done and now >= state.next_checkpoint_s:
-            checkpoint(complete=False)
             state.next_checkpoint_s = now + cfg.checkpoint_every_s
+            checkpoint(complete=False)
 
         bar.update(1 if cfg.max_steps is not None else max(0, round(clock.train) - bar.n))
         bar.set_postfix(step=state.step, reward=f"{record['reward_mean']:.3f}", acc=f"{accuracy:.3f}",

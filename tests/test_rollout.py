@@ -149,3 +149,20 @@ def test_evaluation_shards_add_up_to_the_single_process_result(model, tok):
     correct, tokens, total = (sum(c[i] for c in counts) for i in range(3))
     assert total == 23 and 0 < whole["accuracy"] < 1
     assert correct / total == whole["accuracy"] and tokens / total == whole["mean_length"]
+
+
+def test_shared_prompt_pass_equals_row_by_row_in_value_and_gradient(model, tok):
+    prompts = encode_prompts(tok, TEXTS)
+    torch.manual_seed(1)
+    rollouts = HFRolloutEngine(model=model, tokenizer=tok).generate(prompts, 6, temperature=1.0, max_new_tokens=10)
+    batch = UpdateBatch.from_rollouts(rollouts, torch.tensor([0, 2, 3, 5, 6, 7, 9, 11, 12, 13, 20, 23]), tok.pad_token_id)
+    weights = torch.randn(batch.completion_mask.shape, generator=torch.Generator().manual_seed(2))
+    results = []
+    for share in (False, True):
+        model.zero_grad()
+        logprobs = token_logprobs(model, batch, share_prompts=share)
+        (logprobs * weights).sum().backward()
+        results.append((logprobs.detach(), torch.cat([p.grad.flatten() for p in model.parameters()])))
+    model.zero_grad()
+    torch.testing.assert_close(results[1][0], results[0][0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(results[1][1], results[0][1], atol=1e-5, rtol=1e-4)

@@ -5,6 +5,7 @@ import contextlib
 import copy
 
 import torch
+from transformers import DynamicCache
 
 from pods.grpo import policy_loss
 from pods.update.base import UpdateBatch, UpdateEngine
@@ -12,16 +13,52 @@ from pods.update.base import UpdateBatch, UpdateEngine
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def token_logprobs(model, batch: UpdateBatch) -> torch.Tensor:
-    """Log-probs `[B, T]` of the completion tokens of `batch` (0 on padding), one forward pass."""
-    positions = (batch.attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+def token_logprobs(model, batch: UpdateBatch, *, share_prompts: bool = True) -> torch.Tensor:
+    """Log-probs `[B, T]` of the completion tokens of `batch` (0 on padding), one forward pass.
+
+    The m kept rollouts of a prompt share it: with `share_prompts` each distinct prompt is run
+    once and its keys/values are reused by all its rows (as at generation). Gradients reach the
+    prompt's computation through the reused keys/values, summed over the rows, so the result and
+    its gradient equal the row-by-row computation, for about prompt/(prompt + completion) less work.
+    """
     T = batch.completion_len
+    prompt_mask = batch.attention_mask[:, :-T]
+    if share_prompts and prompt_mask.shape[1] > 0:
+        keys = torch.cat([batch.input_ids[:, :-T], prompt_mask], dim=1)
+        distinct, inverse = torch.unique(keys, dim=0, return_inverse=True)
+        if 2 * len(distinct) <= len(batch):  # worth it only when prompts repeat
+            return _shared_prompt_logprobs(model, batch, distinct, inverse)
+    positions = (batch.attention_mask.cumsum(dim=1) - 1).clamp(min=0)
     # only the T positions that predict completion tokens need the vocabulary projection
     logits = model(
         input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=positions,
         use_cache=False, logits_to_keep=T + 1,
-    ).logits[:, :-1, :].float()
-    targets = batch.input_ids[:, -T:]
+    ).logits[:, :-1, :]
+    return _gather(logits, batch)
+
+
+def _shared_prompt_logprobs(model, batch: UpdateBatch, distinct: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
+    T, P = batch.completion_len, batch.input_ids.shape[1] - batch.completion_len
+    prompt_ids, prompt_mask = distinct[:, :P], distinct[:, P:]
+    out = model(
+        input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=(prompt_mask.cumsum(1) - 1).clamp(min=0),
+        cache=DynamicCache(), use_cache=True, logits_to_keep=1,
+    )
+    cache = out.cache
+    cache.batch_select_indices(inverse)  # each row gets its prompt's keys/values (differentiable)
+    first = out.logits[:, -1:, :][inverse]  # predicts the first completion token
+    prompt_len = batch.attention_mask[:, :P].sum(dim=1, keepdim=True)
+    rest = model(
+        input_ids=batch.input_ids[:, P:], attention_mask=batch.attention_mask,
+        position_ids=prompt_len + torch.arange(T, device=prompt_len.device), cache=cache, use_cache=True,
+    ).logits[:, :-1, :]
+    return _gather(torch.cat([first, rest], dim=1), batch)
+
+
+def _gather(logits: torch.Tensor, batch: UpdateBatch) -> torch.Tensor:
+    """Log-prob of each completion token from the logits `[B, T, V]` that predict it."""
+    logits = logits.float()
+    targets = batch.input_ids[:, -batch.completion_len:]
     # logit of the token minus logsumexp: the same as log_softmax + gather without a [B, T, V] copy
     picked = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
     return picked * batch.completion_mask
