@@ -14,6 +14,7 @@ from typing import Callable
 from pods.tasks.arith import ChainArithmetic
 from pods.tasks.base import Problem, Task
 from pods.tasks.gsm8k import GSM8K
+from pods.tasks.gym import GymTask
 from pods.tasks.math import AMC23, Math500, MathTrain
 
 TASKS: dict[str, Callable[..., Task]] = {
@@ -25,6 +26,7 @@ TASKS: dict[str, Callable[..., Task]] = {
     "math": MathTrain,
     "math500": Math500,
     "amc23": AMC23,
+    "gym_chain_sum": partial(GymTask, name="gym_chain_sum", dataset="chain_sum", dataset_options=dict(min_terms=2, max_terms=2, min_digits=1, max_digits=1), test_size=60, train_size=120),
 }
 
 

