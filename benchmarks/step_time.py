@@ -50,6 +50,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--micro-batch", type=int, default=128)
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--rounds", type=int, default=2,
+                   help="measure every arm this many times, interleaved, so that load drift hits all arms alike")
     p.add_argument("--skip-trl", action="store_true")
     return p.parse_args()
 
@@ -67,8 +69,9 @@ def ensure_base(path: str, workdir: Path) -> tuple[Path, bool]:
     return out, False
 
 
-def ours(args, base: Path, workdir: Path, n: int, m: int) -> dict[str, float]:
-    run_dir = workdir / f"ours-n{n}-m{m}"
+def ours(args, base: Path, workdir: Path, n: int, m: int, round_: int) -> list[dict[str, float]]:
+    """Per-step phase seconds of the timed steps of one short run of the real loop."""
+    run_dir = workdir / f"ours-n{n}-m{m}-r{round_}"
     cfg = load_train_config(None, {
         "benchmark": args.benchmark, "base_model": str(base), "run_dir": str(run_dir), "n": n, "m": m,
         "prompts_per_step": args.prompts_per_step, "micro_batch": args.micro_batch,
@@ -77,13 +80,11 @@ def ours(args, base: Path, workdir: Path, n: int, m: int) -> dict[str, float]:
     })
     train(cfg, progress_bar=False)
     steps = read_jsonl(run_dir / "steps.jsonl")[args.warmup:]
-    row = {p: statistics.mean(s[f"{p}_s"] for s in steps) for p in STEP_PHASES}
-    row["step"] = statistics.mean(s["step_s"] for s in steps)
-    row["tokens/step"] = statistics.mean(s["tokens_generated"] for s in steps)
-    return row
+    return [{**{p: s[f"{p}_s"] for p in STEP_PHASES}, "step": s["step_s"]} for s in steps]
 
 
-def trl_grpo(args, base: Path, workdir: Path, n: int) -> dict[str, float] | None:
+def trl_grpo(args, base: Path, workdir: Path, n: int, round_: int) -> list[dict[str, float]] | None:
+    """Per-step seconds of TRL's GRPOTrainer: generation, generate-and-score minus generation, rest."""
     try:
         import trl
         from trl import GRPOConfig, GRPOTrainer
@@ -107,7 +108,7 @@ def trl_grpo(args, base: Path, workdir: Path, n: int) -> dict[str, float] | None
         return [task.reward(c, problems[i]) for c, i in zip(completions, index)]
 
     config = GRPOConfig(
-        output_dir=str(workdir / "trl"), per_device_train_batch_size=args.prompts_per_step * n,
+        output_dir=str(workdir / f"trl-r{round_}"), per_device_train_batch_size=args.prompts_per_step * n,
         gradient_accumulation_steps=1, num_generations=n, max_completion_length=args.max_new_tokens,
         max_steps=args.warmup + args.steps, learning_rate=args.lr, lr_scheduler_type="constant",
         beta=0.0, temperature=1.0, loss_type="grpo", disable_dropout=True, use_cpu=True, bf16=False,
@@ -141,11 +142,14 @@ def trl_grpo(args, base: Path, workdir: Path, n: int) -> dict[str, float] | None
     trainer.add_callback(StepTimer())
     trainer.train()
     w = args.warmup
-    step = statistics.mean(times["step"][w:])
-    generate = statistics.mean(times["generate"][w:])
-    score = statistics.mean(times["generate+score"][w:]) - generate
-    return {"generate": generate, "reward": score, "select": 0.0, "logprob": 0.0,
-            "update": step - generate - score, "step": step, "version": trl.__version__}
+    return [
+        {"generate": g, "reward": gs - g, "select": 0.0, "logprob": 0.0, "update": step - gs, "step": step}
+        for step, g, gs in zip(times["step"][w:], times["generate"][w:], times["generate+score"][w:])
+    ]
+
+
+def mean_row(steps: list[dict[str, float]]) -> dict[str, float]:
+    return {key: statistics.mean(s[key] for s in steps) for key in steps[0]}
 
 
 def main() -> int:
@@ -156,9 +160,18 @@ def main() -> int:
         base, warm = ensure_base(args.base_model, workdir)
         print(f"model: {base if warm else 'untrained default shape (no warm start found)'}; "
               f"{args.prompts_per_step} prompts/step, max {args.max_new_tokens} new tokens, "
-              f"micro-batch {args.micro_batch}, {args.steps} timed steps after {args.warmup}, 1 thread")
-        rows = {label: ours(args, base, workdir, n, m) for label, (n, m) in ARMS.items()}
-        trl_row = None if args.skip_trl else trl_grpo(args, base, workdir, 16)
+              f"micro-batch {args.micro_batch}, {args.rounds} x {args.steps} timed steps after {args.warmup} "
+              "per arm, rounds interleaved, 1 thread")
+        measured: dict[str, list] = {label: [] for label in ARMS}
+        trl_steps: list | None = None if args.skip_trl else []
+        for round_ in range(args.rounds):
+            for label, (n, m) in ARMS.items():
+                measured[label] += ours(args, base, workdir, n, m, round_)
+            if trl_steps is not None:
+                more = trl_grpo(args, base, workdir, 16, round_)
+                trl_steps = None if more is None else trl_steps + more
+        rows = {label: mean_row(steps) for label, steps in measured.items()}
+        trl_row = mean_row(trl_steps) if trl_steps else None
 
     cols = [*STEP_PHASES, "step"]
     print()
@@ -168,7 +181,9 @@ def main() -> int:
         print(f"| {label} (ours) | " + " | ".join(f"{row[c]:.3f}" for c in cols)
               + f" | {row['update'] / row['generate']:.2f} |")
     if trl_row is not None:
-        print(f"| GRPO n=16 (TRL {trl_row['version']}) | " + " | ".join(f"{trl_row[c]:.3f}" for c in cols)
+        import trl
+
+        print(f"| GRPO n=16 (TRL {trl.__version__}) | " + " | ".join(f"{trl_row[c]:.3f}" for c in cols)
               + f" | {trl_row['update'] / trl_row['generate']:.2f} |")
         ratio = rows["GRPO n=16"]["step"] / trl_row["step"]
         print(f"\nour GRPO step / TRL's GRPO step: {ratio:.2f} (goal: <= 0.5)")

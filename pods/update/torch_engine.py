@@ -24,10 +24,11 @@ def token_logprobs(model, batch: UpdateBatch, *, share_prompts: bool = True) -> 
     T = batch.completion_len
     prompt_mask = batch.attention_mask[:, :-T]
     if share_prompts and prompt_mask.shape[1] > 0:
+        # Always two forward calls, whatever the data: under ZeRO-3 every process must make the
+        # same calls, and the kept rows of a step repeat each prompt m >= 2 times anyway.
         keys = torch.cat([batch.input_ids[:, :-T], prompt_mask], dim=1)
         distinct, inverse = torch.unique(keys, dim=0, return_inverse=True)
-        if 2 * len(distinct) <= len(batch):  # worth it only when prompts repeat
-            return _shared_prompt_logprobs(model, batch, distinct, inverse)
+        return _shared_prompt_logprobs(model, batch, distinct, inverse)
     positions = (batch.attention_mask.cumsum(dim=1) - 1).clamp(min=0)
     # only the T positions that predict completion tokens need the vocabulary projection
     logits = model(
