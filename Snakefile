@@ -5,7 +5,7 @@
 #   snakemake --cores all paper_figures     the paper's figures from the authors' released results
 #   snakemake --report report.html          every figure, captioned
 #
-# Other studies layer a config over the default: --configfile config/{smoke,ablations,large,paper}.yaml
+# Other studies layer a config over the default: --configfile config/{smoke,ablations,large,paper,smollm2}.yaml
 from snakemake.utils import min_version, validate
 
 min_version("8.0")
@@ -26,6 +26,7 @@ include: "workflows/train.smk"
 include: "workflows/analysis.smk"
 include: "workflows/figures.smk"
 include: "workflows/paper.smk"
+include: "workflows/smollm2.smk"
 
 
 rule reproduce:

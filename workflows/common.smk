@@ -190,8 +190,20 @@ def base_model_dir(label):
     return f"{MODELS}/{label}/base" if uses_warmstart(label) else benchmark_cfg(label)["base_model"]
 
 
+def base_model_marker(label):
+    """The file whose existence means the benchmark's base model is ready, when the workflow builds
+    it: a warm start (its warmstart.json is written after the model folder is saved), or any
+    folder under models_dir that another rule writes (e.g. the SmolLM2 conversion). None for a
+    model the trainer loads by itself (a hub id or a folder outside models_dir)."""
+    if uses_warmstart(label):
+        return f"{MODELS}/{label}/base/warmstart.json"
+    path = benchmark_cfg(label)["base_model"].rstrip("/")
+    if path.startswith(MODELS + "/"):
+        return f"{path}/config.json"
+    return None
+
+
 def warmstart_marker(label):
-    # warmstart.json is written after the model folder is saved, so it marks a finished warm start.
     return f"{MODELS}/{label}/base/warmstart.json"
 
 

@@ -23,7 +23,7 @@
 
 def train_inputs(wc):
     inputs = {"trainer_config": ancient(config["trainer_config"])}
-    marker = warmstart_marker(wc.benchmark) if uses_warmstart(wc.benchmark) else None
+    marker = base_model_marker(wc.benchmark)
     finished = run_status(RUN_DIR.format(**wc)) == "complete"
     if marker and (Path(marker).exists() or not finished):
         inputs["base_model"] = ancient(marker)
