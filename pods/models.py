@@ -99,6 +99,7 @@ def build_tiny_policy(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = model_cls(config)
+    model.loss_type = "ForCausalLM"  # GPT2LMHeadModel's class name does not say so; silences a warning
     return model
 
 

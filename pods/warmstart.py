@@ -27,9 +27,11 @@ from pathlib import Path
 import torch
 import yaml
 from tqdm.auto import tqdm
-from transformers import get_cosine_schedule_with_warmup
+from transformers import get_scheduler
 
+from pods.evaluation import EvalSet, evaluate
 from pods.models import build_char_tokenizer, build_tiny_policy, n_params
+from pods.rollout.hf import HFRolloutEngine
 from pods.tasks import TASKS, get_task
 
 
@@ -59,7 +61,9 @@ class WarmStartConfig:
     """Optimiser steps; the run is defined by steps, not time, so it is reproducible."""
     batch_size: int = 64
     lr: float = 2e-3
-    """Peak learning rate (linear warmup, then cosine decay to zero over `steps`)."""
+    """Peak learning rate, reached after `warmup_steps` of linear warmup."""
+    lr_schedule: str = "constant"
+    """After warmup: "constant", or "cosine" decay to zero at `steps` (a sharper model per step)."""
     warmup_steps: int = 50
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
@@ -88,6 +92,8 @@ class WarmStartConfig:
                 raise ValueError(f"{key}: must be >= 1, got {getattr(self, key)}")
         if not 0.0 <= self.error_rate < 1.0:
             raise ValueError(f"error_rate: must be in [0, 1), got {self.error_rate}")
+        if self.lr_schedule not in ("constant", "cosine"):
+            raise ValueError(f"lr_schedule: must be constant or cosine, got {self.lr_schedule!r}")
         if self.lr <= 0 or self.temperature <= 0:
             raise ValueError("lr and temperature must be > 0")
 
@@ -139,24 +145,6 @@ def make_batch(task, problems, tokenizer, rng: random.Random, error_rate: float)
 
 
 # ------------------------------------------------------------------------------ evaluation
-@torch.no_grad()
-def sample_completions(model, tokenizer, prompts: list[str], *, n: int = 1, greedy: bool = True,
-                       temperature: float = 1.0, max_new_tokens: int = 32, batch: int = 512) -> list[str]:
-    """n completions per prompt (prompt-major order) with Hugging Face `generate` and its KV cache."""
-    model.eval()
-    out: list[str] = []
-    per_call = max(1, batch // n)
-    for start in range(0, len(prompts), per_call):
-        enc = tokenizer(prompts[start:start + per_call], return_tensors="pt", padding=True).to(model.device)
-        kwargs = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
-        ids = model.generate(
-            **enc, max_new_tokens=max_new_tokens, num_return_sequences=n,
-            eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **kwargs,
-        )
-        out += tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-    return out
-
-
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k from n samples with c correct (Chen et al., 2021)."""
     if n - c < k:
@@ -164,27 +152,33 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
 
 
-def evaluate(model, tokenizer, task, cfg: WarmStartConfig) -> dict:
-    test = task.test_problems()
-    items = test[: cfg.eval_items]
-    completions = sample_completions(model, tokenizer, [task.render_prompt(p, tokenizer) for p in items],
-                                     greedy=True, max_new_tokens=cfg.max_new_tokens, batch=cfg.eval_batch)
-    greedy_acc = sum(task.is_correct(c, p) for c, p in zip(completions, items)) / len(items)
-    mean_len = sum(len(tokenizer(c, add_special_tokens=False)["input_ids"]) for c in completions) / len(items)
+def evaluate_base(model, tokenizer, task, cfg: WarmStartConfig) -> dict:
+    """Greedy test accuracy exactly as the trainer's step-0 evaluation computes it, and pass@k.
 
-    items = test[: cfg.pass_items]
-    k_max = cfg.pass_samples
-    samples = sample_completions(model, tokenizer, [task.render_prompt(p, tokenizer) for p in items],
-                                 n=k_max, greedy=False, temperature=cfg.temperature,
-                                 max_new_tokens=cfg.max_new_tokens, batch=cfg.eval_batch)
-    correct = [sum(task.is_correct(samples[i * k_max + j], p) for j in range(k_max)) for i, p in enumerate(items)]
+    Both go through the trainer's own `hf` rollout engine and `EvalSet`, so the base accuracy in
+    warmstart.json is the number every RL curve starts from.
+    """
+    engine = HFRolloutEngine(model=model, tokenizer=tokenizer)
+    greedy = evaluate(engine, task, tokenizer, EvalSet.build(task, tokenizer, cfg.eval_items), greedy=True,
+                      max_new_tokens=cfg.max_new_tokens, batch_size=cfg.eval_batch)
+
+    pass_set = EvalSet.build(task, tokenizer, cfg.pass_items)
+    k_max, per_call = cfg.pass_samples, max(1, cfg.eval_batch // cfg.pass_samples)
+    correct = []
+    for b, start in enumerate(range(0, len(pass_set.problems), per_call)):
+        problems = pass_set.problems[start:start + per_call]
+        rollouts = engine.generate(pass_set.prompt_ids[start:start + per_call], k_max, temperature=cfg.temperature,
+                                   max_new_tokens=cfg.max_new_tokens, seed=cfg.seed * 1_000_003 + b)
+        texts = tokenizer.batch_decode(rollouts.completion_ids, skip_special_tokens=True)
+        hits = [task.is_correct(t, problems[g]) for t, g in zip(texts, rollouts.group.tolist())]
+        correct += [sum(hits[i * k_max:(i + 1) * k_max]) for i in range(len(problems))]
     ks = [2**e for e in range(int(math.log2(k_max)) + 1)]
     return {
-        "greedy_accuracy": greedy_acc,
-        "greedy_items": len(test[: cfg.eval_items]),
-        "greedy_mean_length": mean_len,
-        "pass_at_k": {str(k): sum(pass_at_k(k_max, c, k) for c in correct) / len(items) for k in ks},
-        "pass_items": len(items),
+        "greedy_accuracy": greedy["accuracy"],
+        "greedy_items": greedy["n_items"],
+        "greedy_mean_length": greedy["mean_length"],
+        "pass_at_k": {str(k): sum(pass_at_k(k_max, c, k) for c in correct) / len(correct) for k in ks},
+        "pass_items": len(correct),
         "pass_samples": k_max,
         "pass_temperature": cfg.temperature,
     }
@@ -207,7 +201,9 @@ def warmstart(cfg: WarmStartConfig, *, progress: bool = True) -> dict:
     rng = random.Random(cfg.seed)
     torch.manual_seed(cfg.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    schedule = get_cosine_schedule_with_warmup(optimizer, cfg.warmup_steps, cfg.steps)
+    # transformers' "cosine" warms up too; "constant" alone would ignore the warmup
+    schedule = get_scheduler({"constant": "constant_with_warmup", "cosine": "cosine"}[cfg.lr_schedule], optimizer, num_warmup_steps=cfg.warmup_steps,
+                             num_training_steps=cfg.steps)
     print(f"warm start {cfg.benchmark}: {n_params(model) / 1e6:.2f}M-parameter {cfg.arch}, "
           f"{cfg.steps} steps x {cfg.batch_size} worked examples ({cfg.error_rate:.0%} with an error), "
           f"{len(train)} training problems")
@@ -225,10 +221,12 @@ def warmstart(cfg: WarmStartConfig, *, progress: bool = True) -> dict:
         optimizer.zero_grad(set_to_none=True)
         if step % 50 == 0:
             bar.set_postfix(loss=f"{loss.item():.3f}")
+        if not progress and (step + 1) % max(1, cfg.steps // 10) == 0:
+            print(f"step {step + 1}/{cfg.steps} loss {loss.item():.3f} {time.perf_counter() - start:.0f} s", flush=True)
     train_s = time.perf_counter() - start
 
     start = time.perf_counter()
-    metrics = evaluate(model, tokenizer, task, cfg)
+    metrics = evaluate_base(model, tokenizer, task, cfg)
     record = {
         "benchmark": cfg.benchmark, "seed": cfg.seed, "steps": cfg.steps, "train_s": train_s,
         "eval_s": time.perf_counter() - start, "final_loss": loss.item(), "n_params": n_params(model),
