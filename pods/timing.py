@@ -55,6 +55,10 @@ class PhaseTimer:
         finally:
             self._current[phase] += time.perf_counter() - start
 
+    def take(self, phase: str) -> float:
+        """Seconds accumulated in `phase` since the last take/lap, and reset it."""
+        return self._current.pop(phase, 0.0)
+
     def lap(self, phases=STEP_PHASES) -> dict[str, float]:
         """`{phase}_s` for each of `phases` (0 if it did not run), then start a new step."""
         out = {f"{p}_s": self._current.get(p, 0.0) for p in phases}

@@ -124,6 +124,8 @@ class Progress:
     next_eval_s: float = 0.0  # training time of the next time-scheduled evaluation
     next_checkpoint_s: float = 0.0
     last_eval_step: int = -1
+    eval_s: float = 0.0  # seconds spent evaluating, off the training clock
+    checkpoint_s: float = 0.0  # seconds spent checkpointing, off the training clock
 
 
 def rng_state() -> dict:
@@ -199,6 +201,7 @@ def summarize(cfg: TrainConfig, run_dir: Path, progress: Progress, complete: boo
         "base_accuracy": next((e["accuracy"] for e in evals if e["step"] == 0), None),
         "final_accuracy": accuracies[-1] if accuracies else None,
         "peak_accuracy": max(accuracies) if accuracies else None,
+        "eval_s": progress.eval_s, "checkpoint_s": progress.checkpoint_s,
         "status": "complete" if complete else "running",
     }
     io.write_json(run_dir / "summary.json", summary)
@@ -257,24 +260,27 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True) -> dict:
     def run_eval() -> dict:
         # stamped with the training time at which these weights were reached
         record = {"step": state.step, "train_time_s": round(clock.train, 3), "wall_time_s": round(clock.wall, 3)}
-        with clock.paused():
+        with clock.paused(), timer("eval"):
             result = evaluate(
                 sampler, task, tokenizer, eval_set, greedy=cfg.eval_greedy, repeats=cfg.eval_repeats,
                 temperature=cfg.eval_temperature, max_new_tokens=cfg.max_new_tokens,
                 batch_size=cfg.eval_batch, seed=cfg.seed, rank=rank, world_size=size, reduce=all_sum,
             )
-            if lead:
-                io.append_jsonl(run_dir / "evals.jsonl", record | result)
-            state.last_eval_step = state.step
+        seconds = timer.take("eval")
+        state.eval_s += seconds
+        if lead:
+            io.append_jsonl(run_dir / "evals.jsonl", record | result | {"eval_s": round(seconds, 4)})
+        state.last_eval_step = state.step
         return result
 
     def checkpoint(complete: bool) -> None:
-        with clock.paused():
+        with clock.paused(), timer("checkpoint"):
             state.train_s, state.wall_s, state.data_position = clock.train, clock.wall, prompts.position
             save_checkpoint(run_dir, updater, state)
             barrier()
             if lead:
                 summarize(cfg, run_dir, state, complete)
+        state.checkpoint_s += timer.take("checkpoint")  # counted from the next checkpoint on
 
     clock, timer = TrainClock(state.train_s, state.wall_s), PhaseTimer()
     if state.step == 0 and state.last_eval_step < 0:
