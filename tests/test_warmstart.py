@@ -7,7 +7,7 @@ import torch
 
 from pods.cli import main
 from pods.models import load_policy
-from pods.warmstart import WarmStartConfig, load_config, pass_at_k, warmstart
+from pods.warmstart import TUNED, WarmStartConfig, load_config, pass_at_k, warmstart
 
 TINY = dict(n_layer=2, d_model=32, n_head=2, batch_size=16, warmup_steps=2, eval_items=40,
             pass_items=8, pass_samples=4, eval_batch=64)
@@ -62,6 +62,10 @@ def test_config_file_and_overrides(tmp_path):
     path.write_text("benchmark: arith_hard\nsteps: 7\nlr: 1\n")
     cfg = load_config(str(path), ["seed=3", "error_rate=0.1"])
     assert (cfg.benchmark, cfg.steps, cfg.lr, cfg.seed, cfg.error_rate) == ("arith_hard", 7, 1.0, 3, 0.1)
+    # unset length and schedule come from the benchmark's tuned values
+    for name in TUNED:
+        cfg = load_config(None, [f"benchmark={name}"])
+        assert (cfg.steps, cfg.lr_schedule) == (TUNED[name]["steps"], TUNED[name]["lr_schedule"])
 
 
 @pytest.mark.parametrize("args, message", [
