@@ -31,7 +31,6 @@ include: "workflows/smollm2.smk"
 
 rule reproduce:
     input:
-        summary_files(),
         SUMMARY_CSV,
         SUMMARY_MD,
         figure_files(),
@@ -40,9 +39,7 @@ rule reproduce:
 
 rule figures:
     input:
-        SUMMARY_CSV,
-        SUMMARY_MD,
-        figure_files(),
+        lambda wc: cached_results(),
 
 
 rule paper_figures:

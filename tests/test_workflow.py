@@ -79,6 +79,14 @@ def expected_runs(config: dict) -> set[tuple]:
     return runs
 
 
+def finished_run(path: Path) -> None:
+    """The files of a run the trainer completed (contents do not matter to the DAG)."""
+    path.mkdir(parents=True)
+    (path / "summary.json").write_text(json.dumps({"status": "complete"}))
+    (path / "evals.jsonl").write_text("")
+    (path / "steps.jsonl").write_text("")
+
+
 def study_config(*layers: str) -> dict:
     config = {}
     for layer in ("config/config.yaml", *layers):
@@ -124,8 +132,7 @@ def test_ablations_reuse_the_main_runs(tmp_path):
     main = expected_runs(study_config())
     for bench, hw, method, seed in main:
         run = tmp_path / f"results/runs/{bench}/{hw}/{method}/seed{seed}"
-        run.mkdir(parents=True)
-        (run / "summary.json").write_text(json.dumps({"status": "complete"}))
+        finished_run(run)
     proc = snakemake("-n", "-p", "reproduce", "--configfile", "config/ablations.yaml", tmp=tmp_path)
     ablation = expected_runs(study_config("config/ablations.yaml"))
     new = ablation - main
@@ -143,8 +150,7 @@ def test_cached_results_are_never_retrained(tmp_path):
     """`figures` on committed runs: no warm start, no training, even with no models/ and touched configs."""
     for bench, hw, method, seed in expected_runs(study_config()):
         run = tmp_path / f"results/runs/{bench}/{hw}/{method}/seed{seed}"
-        run.mkdir(parents=True)
-        (run / "summary.json").write_text(json.dumps({"status": "complete"}))
+        finished_run(run)
     # A trainer defaults file newer than every run: ancient, so it triggers nothing.
     trainer = tmp_path / "train.yaml"
     trainer.write_text((REPO / study_config()["trainer_config"]).read_text())
@@ -154,6 +160,25 @@ def test_cached_results_are_never_retrained(tmp_path):
         counts = job_counts(snakemake("-n", target, "--configfile", str(layer), tmp=tmp_path).stdout)
         assert "train" not in counts and "warmstart" not in counts
         assert counts["analyze"] == 1 and counts["plots"] == 1
+
+
+def test_figures_refuses_to_train(tmp_path):
+    """`figures` never schedules training: unfinished runs are an error naming the way out."""
+    runs = sorted(expected_runs(study_config()))
+    for bench, hw, method, seed in runs[:-1]:
+        run = tmp_path / f"results/runs/{bench}/{hw}/{method}/seed{seed}"
+        finished_run(run)
+    last = tmp_path / "results/runs/{}/{}/{}/seed{}".format(*runs[-1])
+    last.mkdir(parents=True)
+    (last / "summary.json").write_text(json.dumps({"status": "running"}))  # killed mid-run
+    proc = snakemake("--cores", "1", "figures", tmp=tmp_path, check=False)
+    assert proc.returncode != 0
+    assert f"1 of the study's {len(runs)} runs have no finished results (e.g. {last})" in proc.stdout + proc.stderr
+    assert "Job stats" not in proc.stdout + proc.stderr
+    # reproduce trains exactly the missing run (after the warm start of its benchmark)
+    (last / "summary.json").unlink()
+    counts = job_counts(snakemake("-n", "-p", "reproduce", tmp=tmp_path).stdout)
+    assert counts["train"] == 1 and counts["warmstart"] == 1
 
 
 @pytest.mark.parametrize("layer", ["config/large.yaml", "config/smoke.yaml"])

@@ -23,7 +23,7 @@ rule study_file:
 rule analyze:
     input:
         study=STUDY_FILE,
-        runs=summary_files(),
+        runs=run_files(),
     output:
         csv=report(
             SUMMARY_CSV,

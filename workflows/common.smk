@@ -269,5 +269,26 @@ if not Path(config["trainer_config"]).is_file():
     raise ValueError(f"trainer_config: no file {config['trainer_config']}")
 
 
-def summary_files():
-    return [f"{run_dir(run)}/summary.json" for run in RUNS_LIST]
+def run_files():
+    """What the analysis waits for, per run: a finished run's files as they are on disk (no rule
+    makes them, so the train rule is never asked about it), or the summary.json the train rule
+    writes when the run is still to be trained or resumed."""
+    files = []
+    for run in RUNS_LIST:
+        path = run_dir(run)
+        if run_status(path) == "complete":
+            files += [f"{path}/evals.jsonl", f"{path}/steps.jsonl"]
+        else:
+            files.append(f"{path}/summary.json")
+    return files
+
+
+def cached_results():
+    """The `figures` target: tables and figures from finished runs only, never a training job."""
+    todo = [run_dir(run) for run in RUNS_LIST if run_status(run_dir(run)) != "complete"]
+    if todo:
+        raise ValueError(
+            f"figures: {len(todo)} of the study's {len(RUNS_LIST)} runs have no finished results "
+            f"(e.g. {todo[0]}); `snakemake reproduce` trains them"
+        )
+    return [SUMMARY_CSV, SUMMARY_MD, *figure_files()]

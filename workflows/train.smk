@@ -9,23 +9,25 @@
 # step 0. Declaring evals.jsonl/steps.jsonl as outputs would make Snakemake delete the partial
 # curves (and with `directory()` the checkpoint too) before the rerun.
 #
-# The trainer also rewrites summary.json (status "running") at every checkpoint; a job that is
-# killed leaves it marked incomplete, and the rerun deletes it before resuming.
+# The trainer also rewrites summary.json (status "running") at every checkpoint. Snakemake marks
+# the output of a job it started as incomplete until the job succeeds, so after a kill (of the job
+# or of Snakemake) the rerun deletes that summary.json and resumes. A run killed outside Snakemake
+# (a hand-started `pods train`) leaves a "running" summary that Snakemake takes as done: `figures`
+# refuses it, and `--forcerun <its summary.json>` resumes it.
 #
-# Cached results. The base model and the trainer defaults are `ancient` inputs: a finished run is
-# not retrained because a file was touched or rebuilt. Snakemake still reruns a job whose input
-# another job is about to create, so a finished run whose base model is not on disk (a fresh clone
-# with the committed results/ has no models/) does not ask for one: otherwise training any new
-# run (say the ablations) would rebuild the warm start and retrain every cached run after it.
-# Changing a run's command line (params) still retrains it where Snakemake has a record of it,
-# which is what a changed config should do.
+# Finished runs are final. A run whose summary.json says `complete` (the committed results/, or
+# one trained earlier) is read by the analysis from its files directly and never enters the DAG
+# again (see `run_files` in common.smk): no rebuilt warm start, changed config or changed rule
+# retrains it; delete its directory (or pick another results_dir) to train it again. The trainer
+# itself refuses to continue a checkpoint under a different config, so retraining in place would
+# fail anyway. The base model and the trainer defaults are `ancient` inputs, so touching them
+# does not restart runs in progress either.
 
 
 def train_inputs(wc):
     inputs = {"trainer_config": ancient(config["trainer_config"])}
     marker = base_model_marker(wc.benchmark)
-    finished = run_status(RUN_DIR.format(**wc)) == "complete"
-    if marker and (Path(marker).exists() or not finished):
+    if marker:
         inputs["base_model"] = ancient(marker)
     return inputs
 
