@@ -270,6 +270,9 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True) -> dict:
         state.eval_s += seconds
         if lead:
             io.append_jsonl(run_dir / "evals.jsonl", record | result | {"eval_s": round(seconds, 4)})
+            if not progress_bar:  # a log file gets one line per evaluation instead of a bar
+                print(f"step {state.step} | train {record['train_time_s']:.1f} s | accuracy {result['accuracy']:.3f} "
+                      f"| mean length {result['mean_length']:.1f}", flush=True)
         state.last_eval_step = state.step
         return result
 
