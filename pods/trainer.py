@@ -363,9 +363,9 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True) -> dict:
             state.next_checkpoint_s = now + cfg.checkpoint_every_s
             checkpoint(complete=False)
 
-        bar.update(1 if cfg.max_steps is not None else max(0, round(clock.train) - bar.n))
         bar.set_postfix(step=state.step, reward=f"{record['reward_mean']:.3f}", acc=f"{accuracy:.3f}",
                         s_step=f"{clock.train / state.step:.3f}", refresh=False)
+        bar.update(1 if cfg.max_steps is not None else max(0, round(clock.train) - bar.n))
     bar.close()
 
     if state.last_eval_step != state.step:  # e.g. resumed from a checkpoint taken before the final eval
