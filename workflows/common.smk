@@ -11,7 +11,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from pods.config import method_name, parse_method
+from pods.config import parse_method
 
 RESULTS = config["results_dir"].rstrip("/")
 MODELS = config["models_dir"].rstrip("/")
@@ -196,7 +196,7 @@ def base_model_marker(label):
     folder under models_dir that another rule writes (e.g. the SmolLM2 conversion). None for a
     model the trainer loads by itself (a hub id or a folder outside models_dir)."""
     if uses_warmstart(label):
-        return f"{MODELS}/{label}/base/warmstart.json"
+        return warmstart_marker(label)
     path = benchmark_cfg(label)["base_model"].rstrip("/")
     if path.startswith(MODELS + "/"):
         return f"{path}/config.json"
@@ -262,7 +262,6 @@ def train_resources():
 COMPARISONS = expand_comparisons(config)
 RUNS_LIST = study_runs(COMPARISONS)
 HARDWARE = sorted({run["hardware"] for run in RUNS_LIST})
-BENCHMARKS = sorted({run["benchmark"] for run in RUNS_LIST})
 if config.get("warmstart", {}).get("config") and not Path(config["warmstart"]["config"]).is_file():
     raise ValueError(f"warmstart.config: no file {config['warmstart']['config']}")
 if not Path(config["trainer_config"]).is_file():
