@@ -5,7 +5,7 @@
 # that the trainer loads like any other (`base_model: {models_dir}/smollm2/base`, config/smollm2.yaml).
 #
 #   snakemake --cores 1 -s workflows/smollm2.smk          # on its own: just the conversion
-#   snakemake --cores 2 --configfile config/smollm2.yaml reproduce   # once included by the Snakefile
+#   snakemake --cores 2 reproduce --configfile config/smollm2.yaml   # the whole SmolLM2 study
 #
 # Converting takes about two minutes on one core (dequantising the weights, rebuilding the
 # tokenizer from the GGUF vocabulary) and writes ~540 MB of fp32 weights (not in git).
