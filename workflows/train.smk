@@ -2,16 +2,14 @@
 # the cores and the scheduler resources; the trainer command is built in common.smk.
 #
 # Interrupted runs. The trainer checkpoints into its run directory and resumes from there on its
-# own, so the run directory must survive a killed job. The only declared output is summary.json,
-# which the trainer writes (atomically) when the run has reached its budget: Snakemake then
-# deletes nothing but that file when it cleans up after a failure, and rerunning the job
+# own, so the run directory must survive a killed job. The only declared output is summary.json
+# (written atomically, with status "running" at every checkpoint and "complete" at the end):
+# Snakemake deletes nothing but that file when it cleans up after a failure, and rerunning the job
 # (`--rerun-incomplete`, set in profiles/default) continues from the checkpoint rather than from
 # step 0. Declaring evals.jsonl/steps.jsonl as outputs would make Snakemake delete the partial
-# curves (and with `directory()` the checkpoint too) before the rerun.
-#
-# The trainer also rewrites summary.json (status "running") at every checkpoint. Snakemake marks
-# the output of a job it started as incomplete until the job succeeds, so after a kill (of the job
-# or of Snakemake) the rerun deletes that summary.json and resumes. A run killed outside Snakemake
+# curves (and with `directory()` the checkpoint too) before the rerun. Snakemake marks the output
+# of a job it started as incomplete until the job succeeds, so after a kill (of the job or of
+# Snakemake itself) the rerun deletes that summary.json and resumes. A run killed outside Snakemake
 # (a hand-started `pods train`) leaves a "running" summary that Snakemake takes as done: `figures`
 # refuses it, and `--forcerun <its summary.json>` resumes it.
 #
