@@ -35,7 +35,6 @@ import argparse
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 
@@ -44,6 +43,7 @@ import pandas as pd
 import yaml
 
 from pods.config import parse_method
+from pods.io import atomic_write_text
 
 RUN_KEYS = ["benchmark", "hardware", "method", "seed"]
 EVAL_COLUMNS = RUN_KEYS + ["step", "train_time_s", "eval_set", "accuracy", "mean_length"]
@@ -546,19 +546,8 @@ SUMMARY_MD_COLUMNS = ["benchmark", "hardware", "design", "baseline", "method", "
 # Writing results
 # --------------------------------------------------------------------------------------------
 def write_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write text to `path` through a temp file in the same folder + os.replace."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write text to `path` atomically (temp file in the same folder, fsync, os.replace)."""
+    atomic_write_text(path, text)
 
 
 def write_csv(df: pd.DataFrame, path: str | os.PathLike) -> None:

@@ -45,7 +45,6 @@ import json
 import math
 import os
 import re
-import tempfile
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +56,7 @@ import yaml
 
 from pods import analysis, plots
 from pods.config import method_name, parse_method
+from pods.io import atomic_write_bytes
 
 RELEASE_REPO = "YixuanEvenXu/pods"
 RELEASE_COMMIT = "187f43b648f69385103029c2dd0934521e17bb71"
@@ -177,20 +177,6 @@ def load_manifest(path: str | os.PathLike = MANIFEST) -> dict:
     return release
 
 
-def _write_bytes_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def download_release(dest: str | os.PathLike, manifest: Mapping, url: str | None = None,
                      timeout_s: float = 60) -> Path:
     """Fetch every manifest file into `dest` and check its sha256 where the manifest pins one.
@@ -213,7 +199,7 @@ def download_release(dest: str | os.PathLike, manifest: Mapping, url: str | None
             got = hashlib.sha256(data).hexdigest()
             if expected and got != expected:
                 raise ValueError(f"{name}: sha256 {got} does not match the manifest's {expected}")
-            _write_bytes_atomic(target, data)
+            atomic_write_bytes(target, data)
         sums.append(f"{sha256_file(target)}  {name}")
     analysis.write_atomic(dest / "SHA256SUMS", "\n".join(sums) + "\n")
     return dest
