@@ -19,13 +19,11 @@ import re
 import reasoning_gym
 from reasoning_gym.utils import compute_decimal_reward
 
-from pods.tasks.base import Problem, Task
+from pods.tasks.base import Problem, SeededSplitTask
 
 ANSWER_MARK = "#"
 STEP_SEP = ","
 # Seed of the fixed test split; train splits use disjoint seed ranges (see `_generate`).
-TEST_SEED = 2_000_000_000
-_TRAIN_SEED_STRIDE = 10_000_000  # chain_sum item i of seed s is Random(s + i): keep seeds apart
 
 
 def _parse_expression(expression: str) -> tuple[list[int], list[str]]:
@@ -43,7 +41,7 @@ def partial_sums(operands: list[int], ops: list[str]) -> list[int]:
     return sums
 
 
-class ChainArithmetic(Task):
+class ChainArithmetic(SeededSplitTask):
     """Single-digit +/- chains with worked partial sums; see the module docstring.
 
     Args:
@@ -105,17 +103,6 @@ class ChainArithmetic(Task):
         operands, ops = _parse_expression(item["metadata"]["expression"])
         question = "".join(f"{x}{op}" for x, op in zip(operands, ops + ["="]))
         return Problem(question, item["answer"], {"operands": operands, "ops": ops})
-
-    def test_problems(self) -> list[Problem]:
-        if self._test is None:
-            self._test = self._generate(TEST_SEED, self.test_size, exclude=set())
-        return self._test
-
-    def train_problems(self, seed: int) -> list[Problem]:
-        if not 0 <= seed < TEST_SEED // _TRAIN_SEED_STRIDE:
-            raise ValueError(f"task {self.name!r}: seed must be in [0, {TEST_SEED // _TRAIN_SEED_STRIDE}), got {seed}")
-        test_questions = {p.question for p in self.test_problems()}
-        return self._generate(seed * _TRAIN_SEED_STRIDE, self.train_size, exclude=test_questions)
 
     # ---------------------------------------------------------------------------------- grading
     def render_prompt(self, problem: Problem, tokenizer=None) -> str:

@@ -51,3 +51,34 @@ class Task(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
+
+
+TEST_SEED = 2_000_000_000
+TRAIN_SEED_STRIDE = 10_000_000  # generator item i of seed s is Random(s + i): keep seeds apart
+
+
+class SeededSplitTask(Task):
+    """A procedural task whose fixed test split and per-seed train splits come from `_generate`.
+
+    Subclasses set `test_size`, `train_size`, `self._test = None` and implement
+    `_generate(seed, size, exclude)`; train splits never contain a test question.
+    """
+
+    test_size: int
+    train_size: int
+    _test: list[Problem] | None
+
+    @abstractmethod
+    def _generate(self, seed: int, size: int, exclude: set[str]) -> list[Problem]:
+        """`size` distinct problems from `seed`, none of whose questions is in `exclude`."""
+
+    def test_problems(self) -> list[Problem]:
+        if self._test is None:
+            self._test = self._generate(TEST_SEED, self.test_size, exclude=set())
+        return self._test
+
+    def train_problems(self, seed: int) -> list[Problem]:
+        if not 0 <= seed < TEST_SEED // TRAIN_SEED_STRIDE:
+            raise ValueError(f"task {self.name!r}: seed must be in [0, {TEST_SEED // TRAIN_SEED_STRIDE}), got {seed}")
+        test_questions = {p.question for p in self.test_problems()}
+        return self._generate(seed * TRAIN_SEED_STRIDE, self.train_size, exclude=test_questions)

@@ -17,13 +17,11 @@ from pathlib import Path
 
 import reasoning_gym
 
-from pods.tasks.base import Problem, Task
+from pods.tasks.base import TEST_SEED, Problem, SeededSplitTask
 from pods.tasks.math import chat_prompt
 from pods.tasks.rewards import answer_block
 
 SYSTEM_PROMPT = "You are a careful calculator. Answer with the final number only."
-TEST_SEED = 2_000_000_000
-_TRAIN_SEED_STRIDE = 10_000_000  # reasoning-gym item i of seed s is Random(s + i): keep seeds apart
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
@@ -35,7 +33,7 @@ def final_answer(completion: str) -> str | None:
     return numbers[-1] if numbers else None
 
 
-class GymTask(Task):
+class GymTask(SeededSplitTask):
     """One reasoning-gym dataset as a benchmark, rendered with the tokenizer's chat template.
 
     Args:
@@ -80,17 +78,6 @@ class GymTask(Task):
                 if len(problems) == size:
                     return list(problems.values())
         raise ValueError(f"task {self.name!r}: only {len(problems)} distinct problems for {size} asked")
-
-    def test_problems(self) -> list[Problem]:
-        if self._test is None:
-            self._test = self._generate(TEST_SEED, self.test_size, exclude=set())
-        return self._test
-
-    def train_problems(self, seed: int) -> list[Problem]:
-        if not 0 <= seed < TEST_SEED // _TRAIN_SEED_STRIDE:
-            raise ValueError(f"task {self.name!r}: seed must be in [0, {TEST_SEED // _TRAIN_SEED_STRIDE})")
-        test = {p.question for p in self.test_problems()}
-        return self._generate(seed * _TRAIN_SEED_STRIDE, self.train_size, exclude=test)
 
     def render_prompt(self, problem: Problem, tokenizer) -> str:
         return chat_prompt(problem.question, tokenizer, self.system_prompt)
