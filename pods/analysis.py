@@ -281,7 +281,8 @@ def default_grid(df: pd.DataFrame) -> np.ndarray:
         return per_seed[0]
     spacing = snap_interval(float(np.median(np.concatenate([np.diff(s) for s in per_seed if len(s) > 1]))))
     t_max = min(float(s[-1]) for s in per_seed)
-    return regular_grid(spacing, t_max)
+    # a run shorter than one interval would leave only t = 0, where every method is equal
+    return regular_grid(min(spacing, t_max) if t_max > 0 else spacing, t_max)
 
 
 CLOCK_INTERVALS_S = (1, 2, 5, 10, 15, 20, 30, 60, 120, 180, 300, 600, 900, 1200, 1800, 3600, 7200)
@@ -564,9 +565,11 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
                       thresholds=args.thresholds, n_boot=args.n_boot, seed=args.seed)
     out = Path(args.out)
     write_csv(table, out)
-    write_atomic(out.with_suffix(".md"), to_markdown(table, SUMMARY_MD_COLUMNS))
-    print(to_markdown(table, ["benchmark", "hardware", "baseline", "method", "rule", "t_baseline_s",
-                              "t_method_s", "speedup"]), end="")
+    # the comparison's name tells apart rows over the same runs (an ablation and the main study)
+    name = ["name"] if "name" in table.columns else []
+    write_atomic(out.with_suffix(".md"), to_markdown(table, name + SUMMARY_MD_COLUMNS))
+    print(to_markdown(table, name + ["benchmark", "hardware", "baseline", "method", "rule", "t_baseline_s",
+                                     "t_method_s", "speedup"]), end="")
     return 0
 
 

@@ -117,6 +117,9 @@ def test_default_grid_is_the_shared_schedule_or_a_regular_one():
     np.testing.assert_array_equal(analysis.default_grid(shared), [0, 1800])
     ragged = pd.DataFrame({"seed": [0, 0, 0, 1, 1, 1], "train_time_s": [0, 61, 119, 0, 58, 123]})
     np.testing.assert_array_equal(analysis.default_grid(ragged), [0, 60, 120])
+    # runs shorter than one evaluation interval still get a point after t = 0
+    short = pd.DataFrame({"seed": [0, 0, 0, 1, 1], "train_time_s": [0, 61, 119, 0, 40]})
+    np.testing.assert_array_equal(analysis.default_grid(short), [0, 40])
 
 
 # --------------------------------------------------------------------------------------------
@@ -225,7 +228,7 @@ def test_cli_analyze_writes_csv_and_markdown(tmp_path, capsys):
     make_study_runs(tmp_path)
     study = tmp_path / "study.yaml"
     study.write_text(yaml.safe_dump({"comparisons": [
-        {"benchmark": "arith", "hardware": "cpu", "design": "equal_update", "baseline": "grpo-n4-m4",
+        {"name": "main", "benchmark": "arith", "hardware": "cpu", "design": "equal_update", "baseline": "grpo-n4-m4",
          "method": "pods-max_variance-n16-m4"},
         {"benchmark": "arith", "hardware": "cpu", "design": "equal_update", "baseline": "pods-max_variance-n16-m4",
          "method": "grpo-n4-m4"}]}))
@@ -236,7 +239,8 @@ def test_cli_analyze_writes_csv_and_markdown(tmp_path, capsys):
     assert len(table) == 4 and table.loc[0, "speedup"] == 2.0
     assert pd.isna(table.loc[2, "speedup"])  # GRPO never reaches the PODS peak
     markdown = out.with_suffix(".md").read_text()
-    assert markdown.startswith("| benchmark |") and "not reached" in markdown
+    assert markdown.startswith("| name | benchmark |") and "| main | arith |" in markdown
+    assert "not reached" in markdown
     assert not list(out.parent.glob(".*tmp"))
     assert pods_main(["analyze", "--runs", str(tmp_path), "--study", str(tmp_path / "none.yaml")]) == 2
     assert "study file" in capsys.readouterr().err

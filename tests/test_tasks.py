@@ -97,6 +97,11 @@ def test_partial_sums():
     assert partial_sums([9, 9, 0, 5], ["+", "-", "+"]) == [18, 18, 23]
 
 
+def test_small_splits_are_drawn():
+    task = get_task("arith", test_size=10, train_size=50)
+    assert len(task.test_problems()) == 10 and len(task.train_problems(0)) == 50
+
+
 def test_bad_options_fail_before_any_work():
     with pytest.raises(ValueError, match="min_terms"):
         get_task("arith", min_terms=5, max_terms=4)

@@ -91,7 +91,7 @@ class ChainArithmetic(SeededSplitTask):
                     if len(problems) == size:
                         break
             offset += chunk
-            if offset > 50 * size:
+            if len(problems) < size and offset > 50 * chunk:
                 raise ValueError(
                     f"task {self.name!r}: cannot draw {size} distinct problems "
                     f"({len(problems)} found); lower train_size/test_size"
