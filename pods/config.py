@@ -76,7 +76,7 @@ class TrainConfig:
     any compute. The two designs of the paper are pairs of runs, not a field: `equal_update` is
     GRPO (m == n) against PODS (n > m) at the same m; `equal_generation` is GRPO-GA (m == n, the
     large n, more micro-batches) against PODS at the same n. Gradient accumulation is derived, not
-    set: `grad_accum = ceil(prompts_per_step * m / micro_batch)`.
+    set: `grad_accum = ceil(prompts_per_step * groups_per_prompt * m / micro_batch)`.
     """
 
     # ---- what is trained, where results go
@@ -122,13 +122,19 @@ class TrainConfig:
     prompts_per_step: int = field(
         default=8, metadata={"help": "Prompts per optimiser step (the paper's single-GPU runs use 1)."}
     )
+    rollouts_per_prompt: int | None = field(
+        default=None,
+        metadata={"help": "Rollouts sampled per prompt, in groups of n that are each normalised and down-sampled "
+                          "on their own; null: n (one group). The authors' 8-GPU runs sample 512 per prompt: "
+                          "GRPO-GA 16 groups of 32, PODS 4 groups of 128 (PAPER.md 2.2)."},
+    )
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of training rollouts (paper: 0.9)."})
     max_new_tokens: int = field(default=32, metadata={"help": "Completion length cap in tokens (paper: 512)."})
 
     # ---- update
     micro_batch: int = field(
         default=128,
-        metadata={"help": "Rollouts per forward/backward pass; a step runs ceil(prompts_per_step*m/micro_batch) of them."},
+        metadata={"help": "Rollouts per forward/backward pass; a step runs ceil(rollouts_trained/micro_batch) of them."},
     )
     lr: float = field(default=1e-4, metadata={"help": "AdamW learning rate (paper, LoRA on 3B: 5e-6)."})
     lr_warmup_steps: int = field(
@@ -236,17 +242,26 @@ class TrainConfig:
         return method_name(self.rule, self.n, self.m)
 
     @property
+    def groups_per_prompt(self) -> int:
+        return 1 if self.rollouts_per_prompt is None else self.rollouts_per_prompt // self.n
+
+    @property
+    def groups_per_step(self) -> int:
+        """Groups of n rollouts per optimiser step (each selected and normalised on its own)."""
+        return self.prompts_per_step * self.groups_per_prompt
+
+    @property
     def grad_accum(self) -> int:
         """Micro-batches per optimiser step."""
-        return math.ceil(self.prompts_per_step * self.m / self.micro_batch)
+        return math.ceil(self.rollouts_trained / self.micro_batch)
 
     @property
     def rollouts_generated(self) -> int:
-        return self.prompts_per_step * self.n
+        return self.groups_per_step * self.n
 
     @property
     def rollouts_trained(self) -> int:
-        return self.prompts_per_step * self.m
+        return self.groups_per_step * self.m
 
     def model_path(self) -> Path:
         return Path(self.base_model.format(benchmark=self.benchmark))
@@ -306,6 +321,8 @@ class TrainConfig:
             need(0 <= getattr(self, key) < 1, key, "must be in [0, 1)")
         need(self.max_train_time_s is None or self.max_train_time_s > 0, "max_train_time_s", "must be > 0 or null")
         need(self.max_steps is None or self.max_steps >= 1, "max_steps", "must be >= 1 or null")
+        need(self.rollouts_per_prompt is None or (self.rollouts_per_prompt >= self.n and self.rollouts_per_prompt % self.n == 0),
+             "rollouts_per_prompt", f"must be null or a multiple of n = {self.n}")
         need(
             self.max_train_time_s is not None or self.max_steps is not None,
             "max_steps",

@@ -217,7 +217,9 @@ def budget_spent(cfg: TrainConfig, step: int, train_s: float) -> bool:
 def startup_lines(cfg: TrainConfig) -> str:
     return (
         f"{cfg.method} on {cfg.benchmark} (seed {cfg.seed}): "
-        f"prompts/step {cfg.prompts_per_step} | rollouts generated/step {cfg.rollouts_generated} (n={cfg.n}) | "
+        f"prompts/step {cfg.prompts_per_step}"
+        + (f" x {cfg.groups_per_prompt} groups" if cfg.groups_per_prompt > 1 else "")
+        + f" | rollouts generated/step {cfg.rollouts_generated} (n={cfg.n}) | "
         f"rollouts trained/step {cfg.rollouts_trained} (m={cfg.m}, rule {cfg.rule}) | "
         f"micro-batch {cfg.micro_batch} | grad accumulation {cfg.grad_accum}"
     )
@@ -307,7 +309,7 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True) -> dict:
         step_start = clock.train
         # 1. n rollouts per prompt, each prompt prefilled once (each process: its share of prompts)
         with timer("generate"):
-            problems = prompts.take(cfg.prompts_per_step)[rank::size]
+            problems = [p for p in prompts.take(cfg.prompts_per_step)[rank::size] for _ in range(cfg.groups_per_prompt)]
             prompt_ids = encode_prompts(tokenizer, [task.render_prompt(p, tokenizer) for p in problems])
             sampler.sync_weights(updater.policy)
             rollouts = sampler.generate(prompt_ids, cfg.n, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
@@ -343,8 +345,8 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True) -> dict:
             "rollouts_generated": int(generated), "rollouts_trained": len(batch),
             "tokens_generated": int(tokens), "tokens_trained": batch.num_tokens,
             "reward_mean": reward_sum / generated,
-            "zero_variance_frac": flat / cfg.prompts_per_step,  # share of groups with no learning signal
-            "kept_zero_variance_frac": kept_flat / cfg.prompts_per_step,
+            "zero_variance_frac": flat / cfg.groups_per_step,  # share of groups with no learning signal
+            "kept_zero_variance_frac": kept_flat / cfg.groups_per_step,
             **metrics,
         }
         if lead:

@@ -10,6 +10,7 @@ from pods import cli
 from pods.config import load_train_config
 from pods.io import read_jsonl
 from pods.models import build_char_tokenizer, build_tiny_policy
+from pods.rollout.hf import HFRolloutEngine
 from pods.tasks.base import Problem, Task
 from pods.trainer import train
 from pods.update import UpdateBatch
@@ -98,6 +99,35 @@ def test_selection_shrinks_the_update_batch(base, tmp_path, monkeypatch):
     assert seen["ref"] == [16, 16, 16]
     assert all(s["tokens_trained"] < s["tokens_generated"] for s in steps)
     assert all(0 <= s["zero_variance_frac"] <= 1 and "kl" in s for s in steps)
+
+
+def test_several_groups_per_prompt_are_selected_and_normalised_apart(base, tmp_path, monkeypatch):
+    """rollouts_per_prompt = 2n: each prompt is sampled as two groups of n, each keeps its own m."""
+    import pods.trainer
+
+    prompts_seen, selected = [], []
+    original_generate, original_select = HFRolloutEngine.generate, pods.trainer.select
+
+    def spy_generate(self, prompt_ids, n, **kwargs):
+        prompts_seen.append([tuple(p) for p in prompt_ids])
+        return original_generate(self, prompt_ids, n, **kwargs)
+
+    def spy_select(rewards, m, rule):
+        selected.append(tuple(rewards.shape))
+        return original_select(rewards, m, rule)
+
+    monkeypatch.setattr(HFRolloutEngine, "generate", spy_generate)
+    monkeypatch.setattr(pods.trainer, "select", spy_select)
+    cfg = config(base, tmp_path / "run", "n=8", "m=4", "rollouts_per_prompt=16", "max_steps=2", "micro_batch=8")
+    assert (cfg.groups_per_step, cfg.rollouts_generated, cfg.rollouts_trained, cfg.grad_accum) == (8, 64, 32, 4)
+    train(cfg, progress_bar=False)
+    steps = read_jsonl(tmp_path / "run" / "steps.jsonl")
+    assert [(s["rollouts_generated"], s["rollouts_trained"]) for s in steps] == [(64, 32)] * 2
+    train_prompts = [p for p in prompts_seen if len(p) == 8]  # evaluation calls are larger
+    assert len(train_prompts) == 2 and all(p[0::2] == p[1::2] for p in train_prompts)
+    assert selected == [(8, 8)] * 2  # 8 groups of n = 8, not 4 groups of 16
+    with pytest.raises(ValueError, match="rollouts_per_prompt"):
+        config(base, tmp_path / "bad", "n=8", "m=4", "rollouts_per_prompt=12")
 
 
 def test_no_reference_pass_when_beta_is_zero(base, tmp_path, monkeypatch):

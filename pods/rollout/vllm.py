@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from pods.rollout.base import RolloutEngine, Rollouts
+from pods.update.deepspeed_engine import full_weights
 
 
 @dataclass
@@ -136,7 +137,7 @@ class VLLMRolloutEngine(RolloutEngine):
             return
         self._wake()
         module = model.module if hasattr(model, "module") else model  # a DeepSpeed/DDP wrapper
-        _inner_model(self.llm).load_weights((name, p.detach()) for name, p in module.state_dict().items())
+        _inner_model(self.llm).load_weights(full_weights(module))  # ZeRO-3 shards gathered one at a time
         if self.sleeps:  # prefix-cache entries were computed with the old weights
             self.llm.reset_prefix_cache()
 

@@ -18,7 +18,9 @@ import copy
 import dataclasses
 import math
 import os
+import shutil
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -72,7 +74,7 @@ def shard(rows: int, rank: int, size: int) -> tuple[int, int]:
     if rows % size:
         raise ValueError(
             f"a step's {rows} kept rollouts do not split evenly over {size} processes: make "
-            f"prompts_per_step * m a multiple of the process count"
+            f"prompts_per_step * m (times the groups per prompt) a multiple of the process count"
         )
     per = rows // size
     return rank * per, (rank + 1) * per
@@ -123,7 +125,7 @@ class DeepSpeedUpdateEngine(UpdateEngine):
             torch.cuda.set_device(self.device)
         else:
             self.device = torch.device(config.device)
-        self.rows_per_step = config.prompts_per_step * config.m
+        self.rows_per_step = config.rollouts_trained
         shard(self.rows_per_step, 0, self.world_size)  # fail before any compute on a bad split
         if self.options.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -227,21 +229,27 @@ class DeepSpeedUpdateEngine(UpdateEngine):
             result["kl"] = float(summed[1]) / len(batch)
         return result
 
-    def state_dict(self) -> dict:
-        """This process's state: the full model (ZeRO-1/2) and ITS partition of the optimiser.
+    # ------------------------------------------------------------------------------ checkpoints
+    # DeepSpeed owns the partitioned state (ZeRO-1/2 optimiser shards, ZeRO-3 parameter shards), so
+    # its own save_checkpoint/load_checkpoint write it, under {run_dir}/checkpoint/deepspeed/<tag>/.
+    # The trainer's per-process state.pt (written atomically after this returns) records the tag;
+    # a new tag per save means a kill mid-save leaves the tag state.pt names intact. The tag before
+    # the previous one is deleted once every process has finished the current save.
+    def checkpoint_dir(self) -> Path:
+        return self.cfg.output_dir() / "checkpoint" / "deepspeed"
 
-        Every process must save its own (one file per rank) and load it back; `rank` and
-        `world_size` are stored so that a resume on another process count fails clearly.
-        """
-        if self.options.deepspeed_zero_stage == 3:
-            raise ValueError("checkpoints of deepspeed_zero_stage 3 runs are not supported; use stage 1 or 2")
-        return {
-            "model": {k: v.detach().cpu() for k, v in self.policy.state_dict().items()},
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "rank": self.rank,
-            "world_size": self.world_size,
-        }
+    def state_dict(self) -> dict:
+        """Collective: every process calls it at the same step. Returns the tag to load back."""
+        self._saves = getattr(self, "_saves", 0) + 1
+        tag = f"save{self._saves}"
+        self.engine.save_checkpoint(str(self.checkpoint_dir()), tag=tag, save_latest=False)
+        if self.world_size > 1:
+            dist.barrier()
+        if self.rank == 0:
+            for old in self.checkpoint_dir().glob("save*"):
+                if old.name not in (tag, f"save{self._saves - 1}"):
+                    shutil.rmtree(old, ignore_errors=True)
+        return {"deepspeed_tag": tag, "saves": self._saves, "rank": self.rank, "world_size": self.world_size}
 
     def load_state_dict(self, state: dict) -> None:
         if (state.get("rank"), state.get("world_size")) != (self.rank, self.world_size):
@@ -249,9 +257,30 @@ class DeepSpeedUpdateEngine(UpdateEngine):
                 f"checkpoint is rank {state.get('rank')} of {state.get('world_size')} processes, "
                 f"this process is rank {self.rank} of {self.world_size}"
             )
-        self.policy.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        path, _ = self.engine.load_checkpoint(
+            str(self.checkpoint_dir()), tag=state["deepspeed_tag"],
+            load_optimizer_states=True, load_lr_scheduler_states=True,
+        )
+        if path is None:
+            raise ValueError(f"no DeepSpeed checkpoint {state['deepspeed_tag']!r} under {self.checkpoint_dir()}")
+        self._saves = state["saves"]
+
+
+def full_weights(module):
+    """(name, tensor) of every weight of `module`, whole even when ZeRO-3 has sharded it.
+
+    For pushing weights to a rollout engine. Unsharded modules give their state_dict. Under ZeRO-3
+    each parameter is gathered in turn (collective: every process iterates in the same order) and
+    yielded as a copy, so at most one whole parameter is gathered at a time.
+    """
+    params = dict(module.named_parameters())
+    if not any(hasattr(p, "ds_id") for p in params.values()):
+        yield from module.state_dict().items()
+        return
+    deepspeed = _import_deepspeed()
+    for name, param in params.items():
+        with deepspeed.zero.GatheredParameters([param]):
+            yield name, param.detach().clone()
 
 
 def gather_batch(local: UpdateBatch, local_advantages: torch.Tensor, pad_id: int) -> tuple[UpdateBatch, torch.Tensor]:
