@@ -109,7 +109,8 @@ def test_jsonl_reader_ignores_a_torn_last_line_and_truncation_is_exact(tmp_path)
 
 @pytest.mark.slow
 def test_two_processes_train_and_resume(base, tmp_path):
-    """torchrun, 2 processes, deepspeed engine on CPU (gloo): generation sharded, update gathered."""
+    """torchrun, 2 processes, deepspeed ZeRO-2 on CPU (gloo): generation sharded, update gathered,
+    and a second start resumes from DeepSpeed's partitioned checkpoint."""
     pytest.importorskip("deepspeed")
     import socket
 
@@ -122,7 +123,7 @@ def test_two_processes_train_and_resume(base, tmp_path):
     for max_steps in (4, 6):  # the second start resumes from the first one's checkpoints
         cmd, env = command(script, base, run_dir)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}",
-               *cmd[1:], "update_engine=deepspeed", "deepspeed_zero_stage=0", f"max_steps={max_steps}"]
+               *cmd[1:], "update_engine=deepspeed", "deepspeed_zero_stage=2", f"max_steps={max_steps}"]
         result = subprocess.run(cmd, env=env, capture_output=True, text=True)
         assert result.returncode == 0, result.stderr[-3000:]
     assert "2 processes | resuming at step 4" in result.stdout
@@ -130,6 +131,6 @@ def test_two_processes_train_and_resume(base, tmp_path):
     assert [s["step"] for s in steps] == [1, 2, 3, 4, 5, 6]
     # counts are the whole step's, summed over both processes
     assert {(s["rollouts_generated"], s["rollouts_trained"]) for s in steps} == {(4 * 8, 4 * 4)}
-    assert sorted(p.name for p in (run_dir / "checkpoint").iterdir()) == ["state-rank0.pt", "state-rank1.pt"]
+    assert sorted(p.name for p in (run_dir / "checkpoint").iterdir()) == ["deepspeed", "state-rank0.pt", "state-rank1.pt"]
     evals = read_jsonl(run_dir / "evals.jsonl")
     assert [e["step"] for e in evals] == [0, 3, 4, 6] and all(e["n_items"] == 64 for e in evals)

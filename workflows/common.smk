@@ -34,18 +34,27 @@ wildcard_constraints:
 # ---------------------------------------------------------------------------------------------
 # Comparisons -> runs
 # ---------------------------------------------------------------------------------------------
-def _check_design(where, design, baseline, method):
-    """The paper's two designs fix which of n, m the arms share (PAPER.md 2.1.6 and 2.2)."""
+def rollouts_per_prompt(benchmark, hardware, method):
+    """Rollouts a run generates per prompt: n, or the several groups of n the run's settings ask for."""
+    value = train_overrides(benchmark, hardware, method, 0).get("rollouts_per_prompt")
+    return value or parse_method(method).n
+
+
+def _check_design(where, design, benchmark, hardware, baseline, method):
+    """The paper's two designs fix what the arms share (PAPER.md 2.1.6 and 2.2)."""
     if design == "equal_update" and method.m != baseline.m:
         raise ValueError(
             f"{where}: equal_update trains the same m in both arms, but the baseline "
             f"{baseline.name} trains m={baseline.m} and {method.name} trains m={method.m}"
         )
-    if design == "equal_generation" and method.n != baseline.n:
-        raise ValueError(
-            f"{where}: equal_generation generates the same n in both arms, but the baseline "
-            f"{baseline.name} generates n={baseline.n} and {method.name} generates n={method.n}"
-        )
+    if design == "equal_generation":
+        generated = {arm.name: rollouts_per_prompt(benchmark, hardware, arm.name) for arm in (baseline, method)}
+        if generated[baseline.name] != generated[method.name]:
+            raise ValueError(
+                f"{where}: equal_generation generates as many rollouts per prompt in both arms, but on "
+                f"{benchmark}/{hardware} the baseline {baseline.name} generates {generated[baseline.name]} "
+                f"and {method.name} generates {generated[method.name]}"
+            )
 
 
 # Comparison keys that only the analysis reads (pods.analysis study-file format).
@@ -61,10 +70,6 @@ def expand_comparisons(cfg):
         if not baseline.is_grpo:
             raise ValueError(f"{where}.baseline: {comp['baseline']!r} is not a vanilla GRPO run")
         seeds = comp.get("seeds", cfg["seeds"])
-        for j, name in enumerate(comp["methods"]):
-            # m_scaling varies m on purpose and is read against the baseline's target only.
-            if comp["name"] != "m_scaling":
-                _check_design(f"{where}.methods[{j}]", comp["design"], baseline, parse_method(name))
         for label in comp["benchmarks"]:
             if label not in cfg["benchmarks"]:
                 raise ValueError(f"{where}.benchmarks: {label!r} is not declared under `benchmarks`")
@@ -75,7 +80,11 @@ def expand_comparisons(cfg):
                 raise ValueError(f"{where}.hardware: {exc}") from None
         for benchmark in comp["benchmarks"]:
             for hardware in comp["hardware"]:
-                for name in comp["methods"]:
+                for j, name in enumerate(comp["methods"]):
+                    # m_scaling varies m on purpose and is read against the baseline's target only.
+                    if comp["name"] != "m_scaling":
+                        _check_design(f"{where}.methods[{j}]", comp["design"], benchmark, hardware,
+                                      baseline, parse_method(name))
                     row = dict(
                         name=comp["name"], design=comp["design"], benchmark=benchmark,
                         hardware=hardware, baseline=comp["baseline"], method=name,

@@ -25,9 +25,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from pods.grpo import policy_loss
 from pods.update.base import UpdateBatch, UpdateEngine
-from pods.update.torch_engine import token_logprobs
+from pods.update.torch_engine import accumulate_gradients, step_totals, token_logprobs
 
 
 @dataclass
@@ -197,29 +196,21 @@ class DeepSpeedUpdateEngine(UpdateEngine):
 
     def step(self, batch, advantages, old_logprobs=None, ref_logprobs=None) -> dict[str, float]:
         cfg = self.cfg
-        # whole-step totals, the same on every process (the batch is the whole step's)
-        totals = dict(total_sequences=len(batch), total_tokens=batch.num_tokens, max_len=batch.completion_len)
-        parts = list(self._micro_batches(batch))
-        loss_sum, kl_sum = 0.0, 0.0
-        for i, (lo, hi, mb) in enumerate(parts):
-            self.engine.set_gradient_accumulation_boundary(i == len(parts) - 1)
-            with self._autocast():
-                logprobs = token_logprobs(self.engine, mb).float()
-            T = mb.completion_len
-            old = logprobs.detach() if old_logprobs is None else old_logprobs[lo:hi, :T].to(self.device)
-            ref = None if ref_logprobs is None else ref_logprobs[lo:hi, :T].to(self.device)
-            loss, metrics = policy_loss(
-                logprobs, old, advantages[lo:hi].to(self.device), mb.completion_mask,
-                ref_logprobs=ref, beta=cfg.beta, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
-                loss_agg=cfg.loss_agg, **totals,
-            )
+        lr = self.scheduler.get_last_lr()[0]
+
+        def backward(loss, last):
             # DeepSpeed averages gradients over processes and would divide by its accumulation
             # count: undo both, the loss is already normalised by the whole step's totals
+            self.engine.set_gradient_accumulation_boundary(last)
             self.engine.backward(loss * self.world_size, scale_wrt_gas=False)
-            lr = self.scheduler.get_last_lr()[0]
             self.engine.step()  # applies the optimiser only at the boundary set above
-            loss_sum += loss.item()
-            kl_sum += metrics.get("kl", 0.0) * (hi - lo)
+
+        # the totals are the whole step's, the same on every process (the batch is the whole step's)
+        loss_sum, kl_sum = accumulate_gradients(
+            self.engine, list(self._micro_batches(batch)), advantages, cfg, totals=step_totals(batch),
+            old_logprobs=old_logprobs, ref_logprobs=ref_logprobs, device=self.device, autocast=self._autocast,
+            backward=backward,
+        )
         summed = torch.tensor([loss_sum, kl_sum], dtype=torch.float64, device=self._comm_device())
         if self.world_size > 1:
             dist.all_reduce(summed)

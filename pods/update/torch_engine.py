@@ -65,6 +65,38 @@ def _gather(logits: torch.Tensor, batch: UpdateBatch) -> torch.Tensor:
     return picked * batch.completion_mask
 
 
+def accumulate_gradients(model, micro_batches, advantages, cfg, *, totals, old_logprobs, ref_logprobs, device,
+                         autocast, backward) -> tuple[float, float]:
+    """The policy-gradient pass of one step, micro-batch by micro-batch; shared by the engines.
+
+    `micro_batches` is a list of (start, stop, micro-batch on `device`) rows of the step's batch.
+    Each micro-batch loss is divided by the whole step's `totals`, so the gradients that
+    `backward(loss, last)` accumulates add up to exactly the whole batch's. Returns the summed
+    loss and the KL summed over rows.
+    """
+    loss_sum, kl_sum = 0.0, 0.0
+    for i, (start, stop, mb) in enumerate(micro_batches):
+        with autocast():
+            logprobs = token_logprobs(model, mb)
+        T = mb.completion_len
+        old = logprobs.detach() if old_logprobs is None else old_logprobs[start:stop, :T].to(device)
+        ref = None if ref_logprobs is None else ref_logprobs[start:stop, :T].to(device)
+        loss, metrics = policy_loss(
+            logprobs, old, advantages[start:stop].to(device), mb.completion_mask,
+            ref_logprobs=ref, beta=cfg.beta, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
+            loss_agg=cfg.loss_agg, **totals,
+        )
+        backward(loss, i == len(micro_batches) - 1)
+        loss_sum += loss.item()
+        kl_sum += metrics.get("kl", 0.0) * (stop - start)
+    return loss_sum, kl_sum
+
+
+def step_totals(batch: UpdateBatch) -> dict:
+    """What every micro-batch loss is normalised by: the whole step's sequences and tokens."""
+    return dict(total_sequences=len(batch), total_tokens=batch.num_tokens, max_len=batch.completion_len)
+
+
 class TorchUpdateEngine(UpdateEngine):
     """The policy and its AdamW on one device.
 
@@ -127,24 +159,11 @@ class TorchUpdateEngine(UpdateEngine):
 
     def step(self, batch, advantages, old_logprobs=None, ref_logprobs=None) -> dict[str, float]:
         cfg = self.cfg
-        totals = dict(total_sequences=len(batch), total_tokens=batch.num_tokens, max_len=batch.completion_len)
-        loss_sum, kl_sum = 0.0, 0.0
-        for start, stop, mb in self._chunks(batch):
-            with self._autocast():
-                logprobs = token_logprobs(self.policy, mb)
-            T = mb.completion_len
-            old = logprobs.detach() if old_logprobs is None else old_logprobs[start:stop, :T].to(self.device)
-            ref = None if ref_logprobs is None else ref_logprobs[start:stop, :T].to(self.device)
-            # each micro-batch loss is already divided by the whole step's totals, so summing
-            # their gradients gives exactly the whole batch's gradient
-            loss, metrics = policy_loss(
-                logprobs, old, advantages[start:stop].to(self.device), mb.completion_mask,
-                ref_logprobs=ref, beta=cfg.beta, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
-                loss_agg=cfg.loss_agg, **totals,
-            )
-            loss.backward()
-            loss_sum += loss.item()
-            kl_sum += metrics.get("kl", 0.0) * (stop - start)
+        loss_sum, kl_sum = accumulate_gradients(
+            self.policy, list(self._chunks(batch)), advantages, cfg, totals=step_totals(batch),
+            old_logprobs=old_logprobs, ref_logprobs=ref_logprobs, device=self.device, autocast=self._autocast,
+            backward=lambda loss, last: loss.backward(),
+        )
         params = [p for p in self.policy.parameters() if p.requires_grad]
         if cfg.max_grad_norm > 0:
             grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
