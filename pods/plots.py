@@ -53,7 +53,8 @@ def save_figure(fig, stem: str | os.PathLike) -> list[Path]:
         fd, tmp = tempfile.mkstemp(dir=stem.parent, prefix=f".{path.name}.", suffix=f".{ext}")
         os.close(fd)
         try:
-            fig.savefig(tmp, format=ext, dpi=150)
+            # no creation date in the PDF: redrawing the same runs gives the same bytes
+            fig.savefig(tmp, format=ext, dpi=150, metadata={"CreationDate": None} if ext == "pdf" else None)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -224,22 +225,39 @@ def plot_runs(runs_root: str | os.PathLike, out_dir: str | os.PathLike, how: str
 
 
 def study_methods(study: Sequence[Mapping], kind: str, benchmark: str, hardware: str,
-                  design: str | None = None) -> list[str]:
-    """The methods a study figure shows: baseline first, then the compared methods in study order.
+                  design: str | None = None) -> dict[str, set | None]:
+    """The methods a study figure shows, baseline first, then the compared methods in study order,
+    each with the seeds its comparisons declare (None: every seed on disk).
 
     accuracy: the `main` comparisons of that design; n_scaling / m_scaling / rule: the
     comparisons of that name; length / step_time: every method of the (benchmark, hardware).
+    The seeds matter when studies share a runs folder: the ablations' 3 seeds of a run that the
+    main study trains with 5 must be drawn as the ablation table counts them.
     """
     rows = [c for c in study if c["benchmark"] == benchmark and c["hardware"] == hardware]
     if kind == "accuracy":
         rows = [c for c in rows if c.get("name", "main") == "main" and (design is None or c["design"] == design)]
     elif kind in FAMILY_KINDS:
         rows = [c for c in rows if c.get("name") == kind]
-    methods = [m for c in rows for m in (c["baseline"], c["method"])]
+    methods: dict[str, set | None] = {}
+    for c in rows:
+        for m in (c["baseline"], c["method"]):
+            if "seeds" not in c or (m in methods and methods[m] is None):
+                methods[m] = None
+            else:
+                methods[m] = methods.get(m, set()) | set(c["seeds"])
     if not methods:
         raise ValueError(f"the study has no {kind} comparison for {benchmark}/{hardware}"
                          + (f" ({design})" if design else ""))
-    return list(dict.fromkeys(methods))
+    return methods
+
+
+def _declared_seeds(table: pd.DataFrame, methods: Mapping[str, set | None]) -> pd.DataFrame:
+    """The rows of `table` (evals or steps) that belong to the methods' declared seeds."""
+    keep = pd.Series(False, index=table.index)
+    for m, seeds in methods.items():
+        keep |= (table["method"] == m) & (True if seeds is None else table["seed"].isin(seeds))
+    return table[keep]
 
 
 def plot_study_figure(kind: str, runs_root: str | os.PathLike, study: Sequence[Mapping], benchmark: str,
@@ -252,14 +270,13 @@ def plot_study_figure(kind: str, runs_root: str | os.PathLike, study: Sequence[M
     colors = {parse_method(m).label: c for m, c in method_colors(methods).items()}
     if kind == "step_time":
         steps = analysis.load_steps(runs)
-        steps = steps[(steps["benchmark"] == benchmark) & (steps["hardware"] == hardware)
-                      & steps["method"].isin(methods)]
+        steps = _declared_seeds(steps[(steps["benchmark"] == benchmark) & (steps["hardware"] == hardware)], methods)
         if steps.empty:
             raise ValueError(f"no steps.jsonl records for {benchmark}/{hardware}")
         return phase_bar_figure(phase_table(steps).reindex([m for m in methods if m in set(steps["method"])]),
                                 stem, title=title)
     evals = analysis.load_evals(runs)
-    evals = evals[(evals["benchmark"] == benchmark) & (evals["hardware"] == hardware)]
+    evals = _declared_seeds(evals[(evals["benchmark"] == benchmark) & (evals["hardware"] == hardware)], methods)
     arms = {m: analysis.select_eval_set(evals[evals["method"] == m], benchmark) for m in methods}
     grid = analysis.default_grid(pd.concat(arms.values()))
     scale, unit = _time_unit(grid)

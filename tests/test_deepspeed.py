@@ -13,23 +13,17 @@ import torch.multiprocessing as mp
 
 pytest.importorskip("deepspeed")
 
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
-
 from pods.config import TrainConfig  # noqa: E402
 from pods.update.base import UpdateBatch  # noqa: E402
 from pods.update.torch_engine import TorchUpdateEngine  # noqa: E402
+from tiny_models import tiny_lm  # noqa: E402
 
 VOCAB = 40
 ROWS = 8  # prompts_per_step 2 x m 4
 
 
-def tiny_llama(seed: int = 0) -> LlamaForCausalLM:
-    config = LlamaConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=4, max_position_embeddings=64, tie_word_embeddings=True, pad_token_id=0,
-    )
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(config)
+def tiny_llama(seed: int = 0):
+    return tiny_lm("llama", VOCAB, seed=seed)
 
 
 def make_batch(seed: int = 0, prompt: int = 5, completion: int = 6) -> UpdateBatch:

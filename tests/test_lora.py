@@ -5,23 +5,18 @@ import io
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from pods.config import TrainConfig
 from pods.update.base import UpdateBatch
 from pods.update.lora import LoraOptions, LoraUpdateEngine
 from pods.update.torch_engine import TorchUpdateEngine
+from tiny_models import tiny_lm
 
 VOCAB = 48
 
 
-def tiny_qwen2(seed: int = 0) -> Qwen2ForCausalLM:
-    config = Qwen2Config(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True, pad_token_id=0,
-    )
-    torch.manual_seed(seed)
-    return Qwen2ForCausalLM(config)
+def tiny_qwen2(seed: int = 0):
+    return tiny_lm("qwen2", VOCAB, kv_heads=2, seed=seed)
 
 
 def make_batch(rows: int = 8, prompt: int = 6, completion: int = 7, seed: int = 0) -> UpdateBatch:

@@ -82,3 +82,25 @@ def test_plot_all_draws_every_figure_of_the_runs(study_dir):
     names = sorted(p.name for p in written)
     assert "accuracy_arith_cpu_arith.png" in names and "length_arith_cpu_arith.pdf" in names
     assert "n_scaling_m4_arith_cpu_arith.png" in names and "step_time_arith_cpu.png" in names
+
+
+def test_study_figures_draw_only_the_seeds_their_comparisons_declare(study_dir, monkeypatch):
+    """Studies share a runs folder (the ablations reuse 3 of the main study's 5 seeds): a figure
+    must average exactly the seeds its table counts."""
+    root, _ = study_dir
+    study = [{"name": "rule", "benchmark": "arith", "hardware": "cpu", "design": "equal_update",
+              "baseline": "grpo-n4-m4", "method": "pods-max_variance-n16-m4", "seeds": [0, 2]},
+             {"name": "main", "benchmark": "arith", "hardware": "cpu", "design": "equal_update",
+              "baseline": "grpo-n4-m4", "method": "pods-max_variance-n16-m4"}]
+    assert plots.study_methods(study, "rule", "arith", "cpu") == {"grpo-n4-m4": {0, 2},
+                                                                  "pods-max_variance-n16-m4": {0, 2}}
+    assert plots.study_methods(study, "length", "arith", "cpu") == {"grpo-n4-m4": None,
+                                                                    "pods-max_variance-n16-m4": None}
+    drawn = {}
+    monkeypatch.setattr(plots, "curve_figure", lambda curves, *a, **k: drawn.update(curves) or [])
+    plots.plot_study_figure("rule", root, study, "arith", "cpu", root / "rule")
+    assert {label: set(curve["n_seeds"]) for label, curve in drawn.items()} == {
+        "GRPO (n=4, m=4)": {2}, "PODS max_variance (n=16, m=4)": {2}}
+    plots.plot_study_figure("length", root, study, "arith", "cpu", root / "length")
+    assert {label: set(curve["n_seeds"]) for label, curve in drawn.items()} == {
+        "GRPO (n=4, m=4)": {3}, "PODS max_variance (n=16, m=4)": {3}}

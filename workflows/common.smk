@@ -6,6 +6,7 @@
 # its hardware profile. Any problem raises ValueError naming the config key, before any job runs.
 import json
 import shlex
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -271,6 +272,16 @@ def train_resources():
 COMPARISONS = expand_comparisons(config)
 RUNS_LIST = study_runs(COMPARISONS)
 HARDWARE = sorted({run["hardware"] for run in RUNS_LIST})
+# A clone carries the committed runs of the default study; say so, or a `reproduce` that finishes
+# in seconds looks like a study that did not run.
+FINISHED_RUNS = sum(run_status(run_dir(run)) == "complete" for run in RUNS_LIST)
+if FINISHED_RUNS:
+    print(
+        f"{FINISHED_RUNS} of this study's {len(RUNS_LIST)} runs are finished under {RUNS}: they are "
+        f"analysed as they are, never retrained. To train the study on this machine, give it a new "
+        f"folder: --config results_dir=results/local figures_dir=figures/local",
+        file=sys.stderr,
+    )
 if config.get("warmstart", {}).get("config") and not Path(config["warmstart"]["config"]).is_file():
     raise ValueError(f"warmstart.config: no file {config['warmstart']['config']}")
 if not Path(config["trainer_config"]).is_file():

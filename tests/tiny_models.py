@@ -1,0 +1,19 @@
+"""Tiny causal LMs of the paper's architectures, built from a `transformers` config (no download).
+
+Two layers, hidden size 32: small enough for multi-process CPU tests, real enough that LoRA,
+DeepSpeed and the weight transfer to vLLM see the module names of the real models.
+"""
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+ARCHITECTURES = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
+
+
+def tiny_lm(arch: str, vocab_size: int, *, kv_heads: int = 4, seed: int = 0):
+    config_cls, model_cls = ARCHITECTURES[arch]
+    config = config_cls(
+        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=kv_heads, max_position_embeddings=64, tie_word_embeddings=True, pad_token_id=0,
+    )
+    torch.manual_seed(seed)
+    return model_cls(config)
