@@ -167,7 +167,11 @@ def test_bootstrap_is_reproducible_and_brackets_the_estimate():
     assert flat["ci_low"] == flat["ci_high"] == single
     # a method that never gets there: no replicate has a speedup
     low = analysis.bootstrap_speedup(b, _arm_frame(base * 0.5, grid), grid, n_boot=50)
-    assert low["reached_frac"] == 0 and np.isnan(low["ci_low"])
+    assert low["reached_frac"] == 0 and low["ci_low"] == low["ci_high"] == 0  # never reached: speedup 0
+    # half the seeds fail: replicates that miss count as 0, so the interval starts at 0 (not above 1)
+    mixed = analysis.bootstrap_speedup(b, _arm_frame(np.concatenate([meth[:4], base[4:] * 0.93]), grid), grid,
+                                       n_boot=300)
+    assert 0.05 < mixed["reached_frac"] < 0.95 and mixed["ci_low"] == 0 and mixed["ci_high"] > 1
 
 
 # --------------------------------------------------------------------------------------------
