@@ -360,14 +360,12 @@ def bootstrap_speedup(baseline_df: pd.DataFrame, method_df: pd.DataFrame, grid: 
     rng = np.random.default_rng(seed)
     base_means = np.nanmean(base[rng.integers(0, len(base), (n_boot, len(base)))], axis=1)
     meth_means = np.nanmean(meth[rng.integers(0, len(meth), (n_boot, len(meth)))], axis=1)
-    speedups = np.array([
-        0.0 if (s := _time_to_target_arrays(grid, b, m, threshold).speedup) is None else s
-        for b, m in zip(base_means, meth_means)
-    ])
+    replicates = [_time_to_target_arrays(grid, b, m, threshold).speedup for b, m in zip(base_means, meth_means)]
+    reached = np.array([s is not None for s in replicates])
+    speedups = np.array([0.0 if s is None else s for s in replicates])
     alpha = (1 - ci) / 2
     lo, hi = np.quantile(speedups, [alpha, 1 - alpha])
-    return {"ci_low": float(lo), "ci_high": float(hi), "n_boot": n_boot,
-            "reached_frac": float(np.count_nonzero(speedups)) / n_boot}
+    return {"ci_low": float(lo), "ci_high": float(hi), "n_boot": n_boot, "reached_frac": float(reached.mean())}
 
 
 # --------------------------------------------------------------------------------------------

@@ -241,11 +241,10 @@ def study_methods(study: Sequence[Mapping], kind: str, benchmark: str, hardware:
         rows = [c for c in rows if c.get("name") == kind]
     methods: dict[str, set | None] = {}
     for c in rows:
+        seeds = set(c["seeds"]) if "seeds" in c else None
         for m in (c["baseline"], c["method"]):
-            if "seeds" not in c or (m in methods and methods[m] is None):
-                methods[m] = None
-            else:
-                methods[m] = methods.get(m, set()) | set(c["seeds"])
+            known = methods.get(m, set())
+            methods[m] = None if seeds is None or known is None else known | seeds
     if not methods:
         raise ValueError(f"the study has no {kind} comparison for {benchmark}/{hardware}"
                          + (f" ({design})" if design else ""))
@@ -256,7 +255,8 @@ def _declared_seeds(table: pd.DataFrame, methods: Mapping[str, set | None]) -> p
     """The rows of `table` (evals or steps) that belong to the methods' declared seeds."""
     keep = pd.Series(False, index=table.index)
     for m, seeds in methods.items():
-        keep |= (table["method"] == m) & (True if seeds is None else table["seed"].isin(seeds))
+        rows = table["method"] == m
+        keep |= rows if seeds is None else rows & table["seed"].isin(seeds)
     return table[keep]
 
 

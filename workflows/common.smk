@@ -12,7 +12,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from pods.config import parse_method
+from pods.config import load_train_config, parse_method
 
 RESULTS = config["results_dir"].rstrip("/")
 MODELS = config["models_dir"].rstrip("/")
@@ -36,9 +36,10 @@ wildcard_constraints:
 # Comparisons -> runs
 # ---------------------------------------------------------------------------------------------
 def rollouts_per_prompt(benchmark, hardware, method):
-    """Rollouts a run generates per prompt: n, or the several groups of n the run's settings ask for."""
-    value = train_overrides(benchmark, hardware, method, 0).get("rollouts_per_prompt")
-    return value or parse_method(method).n
+    """Rollouts a run generates per prompt, as its trainer resolves them (defaults file, then the
+    run's overrides; `rollouts_per_prompt: null` is one group of n)."""
+    cfg = load_train_config(config["trainer_config"], train_overrides(benchmark, hardware, method, 0))
+    return cfg.groups_per_prompt * cfg.n
 
 
 def _check_design(where, design, benchmark, hardware, baseline, method):
@@ -49,12 +50,12 @@ def _check_design(where, design, benchmark, hardware, baseline, method):
             f"{baseline.name} trains m={baseline.m} and {method.name} trains m={method.m}"
         )
     if design == "equal_generation":
-        generated = {arm.name: rollouts_per_prompt(benchmark, hardware, arm.name) for arm in (baseline, method)}
-        if generated[baseline.name] != generated[method.name]:
+        base_n, method_n = (rollouts_per_prompt(benchmark, hardware, arm.name) for arm in (baseline, method))
+        if base_n != method_n:
             raise ValueError(
                 f"{where}: equal_generation generates as many rollouts per prompt in both arms, but on "
-                f"{benchmark}/{hardware} the baseline {baseline.name} generates {generated[baseline.name]} "
-                f"and {method.name} generates {generated[method.name]}"
+                f"{benchmark}/{hardware} the baseline {baseline.name} generates {base_n} "
+                f"and {method.name} generates {method_n}"
             )
 
 
@@ -269,23 +270,28 @@ def train_resources():
 
 # Everything the Snakefile targets need, computed once at parse time so that a bad config fails
 # before the DAG is built.
-COMPARISONS = expand_comparisons(config)
-RUNS_LIST = study_runs(COMPARISONS)
-HARDWARE = sorted({run["hardware"] for run in RUNS_LIST})
-# A clone carries the committed runs of the default study; say so, or a `reproduce` that finishes
-# in seconds looks like a study that did not run.
-FINISHED_RUNS = sum(run_status(run_dir(run)) == "complete" for run in RUNS_LIST)
-if FINISHED_RUNS:
-    print(
-        f"{FINISHED_RUNS} of this study's {len(RUNS_LIST)} runs are finished under {RUNS}: they are "
-        f"analysed as they are, never retrained. To train the study on this machine, give it a new "
-        f"folder: --config results_dir=results/local figures_dir=figures/local",
-        file=sys.stderr,
-    )
 if config.get("warmstart", {}).get("config") and not Path(config["warmstart"]["config"]).is_file():
     raise ValueError(f"warmstart.config: no file {config['warmstart']['config']}")
 if not Path(config["trainer_config"]).is_file():
     raise ValueError(f"trainer_config: no file {config['trainer_config']}")
+COMPARISONS = expand_comparisons(config)
+RUNS_LIST = study_runs(COMPARISONS)
+HARDWARE = sorted({run["hardware"] for run in RUNS_LIST})
+# Run directories whose summary.json says `complete`: read once, used by every target below.
+FINISHED = {run_dir(run) for run in RUNS_LIST if run_status(run_dir(run)) == "complete"}
+
+
+# A clone carries the committed runs of the default study; say so, or a `reproduce` that finishes
+# in seconds looks like a study that did not run. (onstart: once per execution, not again when
+# Snakemake re-reads the workflow to run a `run:` job.)
+onstart:
+    if FINISHED:
+        print(
+            f"{len(FINISHED)} of this study's {len(RUNS_LIST)} runs are finished under {RUNS}: they are "
+            f"analysed as they are, never retrained. To train the study on this machine, give it a new "
+            f"folder: --config results_dir=results/local figures_dir=figures/local",
+            file=sys.stderr,
+        )
 
 
 def run_files():
@@ -295,7 +301,7 @@ def run_files():
     files = []
     for run in RUNS_LIST:
         path = run_dir(run)
-        if run_status(path) == "complete":
+        if path in FINISHED:
             files += [f"{path}/evals.jsonl", f"{path}/steps.jsonl"]
         else:
             files.append(f"{path}/summary.json")
@@ -304,7 +310,7 @@ def run_files():
 
 def cached_results():
     """The `figures` target: tables and figures from finished runs only, never a training job."""
-    todo = [run_dir(run) for run in RUNS_LIST if run_status(run_dir(run)) != "complete"]
+    todo = [run_dir(run) for run in RUNS_LIST if run_dir(run) not in FINISHED]
     if todo:
         raise ValueError(
             f"figures: {len(todo)} of the study's {len(RUNS_LIST)} runs have no finished results "
