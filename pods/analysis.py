@@ -32,7 +32,6 @@ paper's headline; `1.00` = the exact peak) and `threshold` is the resulting targ
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 from pathlib import Path
@@ -42,6 +41,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from pods import runs as runfiles
 from pods.config import parse_method
 from pods.io import atomic_write_text
 
@@ -72,33 +72,7 @@ def find_runs(root: str | os.PathLike) -> list[Path]:
 
 def run_key(run_dir: str | os.PathLike) -> dict:
     """benchmark, hardware, method and seed, read from the directory path."""
-    path = Path(run_dir)
-    seed_part = path.name
-    if not seed_part.startswith("seed") or not seed_part[4:].isdigit():
-        raise ValueError(f"run directory {path} does not end in seed<k>")
-    return {
-        "benchmark": path.parent.parent.parent.name,
-        "hardware": path.parent.parent.name,
-        "method": path.parent.name,
-        "seed": int(seed_part[4:]),
-    }
-
-
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """All records of a .jsonl file; a malformed line is an error naming file and line."""
-    records = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-            if not isinstance(record, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object")
-            records.append(record)
-    return records
+    return runfiles.run_key(run_dir)
 
 
 def _as_run_dirs(runs: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
@@ -107,59 +81,47 @@ def _as_run_dirs(runs: str | os.PathLike | Iterable[str | os.PathLike]) -> list[
     return [Path(r) for r in runs]
 
 
-def _load_jsonl_table(runs, filename: str, required: Sequence[str], optional: bool) -> pd.DataFrame:
-    frames = []
+class RunTables(NamedTuple):
+    evals: pd.DataFrame      # one row per evaluation (EVAL_COLUMNS first)
+    steps: pd.DataFrame      # one row per optimiser step (none for the authors' imported runs)
+    summaries: pd.DataFrame  # one row per run
+
+
+def _table(rows: list[dict], first: Sequence[str]) -> pd.DataFrame:
+    table = pd.DataFrame.from_records(rows) if rows else pd.DataFrame(columns=list(first))
+    return table[list(first) + [c for c in table.columns if c not in first]]
+
+
+def load_runs(runs) -> RunTables:
+    """Every run directory under a root (or the listed ones), each read once and checked against
+    the run schema (`pods.runs.read_run`): a broken file stops here, naming file, line and rule."""
+    evals, steps, summaries = [], [], []
     for run_dir in _as_run_dirs(runs):
-        path = run_dir / filename
-        if not path.exists():
-            if optional:
-                continue
-            raise FileNotFoundError(f"{path} is missing")
-        records = read_jsonl(path)
-        for i, rec in enumerate(records):
-            missing = [k for k in required if k not in rec]
-            if missing:
-                raise ValueError(f"{path}: record {i + 1} lacks {', '.join(missing)}")
-        frame = pd.DataFrame.from_records(records)
-        for key, value in run_key(run_dir).items():
-            frame[key] = value
-        frames.append(frame)
-    if not frames:
-        return pd.DataFrame(columns=RUN_KEYS + list(required))
-    table = pd.concat(frames, ignore_index=True)
-    first = RUN_KEYS + [c for c in required if c not in RUN_KEYS]
-    return table[first + [c for c in table.columns if c not in first]]
+        run = runfiles.read_run(run_dir)
+        evals += [{**run.key, **record} for record in run.evals]
+        steps += [{**run.key, **record} for record in run.steps]
+        summaries.append({**run.summary, **run.key})
+    evals_table = _table(evals, EVAL_COLUMNS)
+    for column in ("accuracy", "mean_length"):
+        evals_table[column] = pd.to_numeric(evals_table[column])
+    return RunTables(evals_table, _table(steps, RUN_KEYS + ["step", "train_time_s", "step_s"]),
+                     _table(summaries, RUN_KEYS))
 
 
 def load_evals(runs) -> pd.DataFrame:
     """One row per evaluation: benchmark, hardware, method, seed, step, train_time_s, eval_set,
     accuracy, mean_length (and any extra fields the runs logged)."""
-    required = ["step", "train_time_s", "eval_set", "accuracy", "mean_length"]
-    table = _load_jsonl_table(runs, "evals.jsonl", required, optional=False)
-    table["accuracy"] = pd.to_numeric(table["accuracy"])
-    table["mean_length"] = pd.to_numeric(table["mean_length"])
-    return table
+    return load_runs(runs).evals
 
 
 def load_steps(runs) -> pd.DataFrame:
-    """One row per optimiser step from steps.jsonl; runs without steps.jsonl contribute nothing
-    (the authors' released runs have only per-checkpoint evaluations)."""
-    return _load_jsonl_table(runs, "steps.jsonl", ["step", "train_time_s", "step_s"], optional=True)
+    """One row per optimiser step from steps.jsonl (the authors' released runs have none)."""
+    return load_runs(runs).steps
 
 
 def load_summaries(runs) -> pd.DataFrame:
-    """One row per run from summary.json (runs without one are left out)."""
-    rows = []
-    for run_dir in _as_run_dirs(runs):
-        path = run_dir / "summary.json"
-        if not path.exists():
-            continue
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not valid JSON ({exc.msg})") from None
-        rows.append({**record, **run_key(run_dir)})
-    return pd.DataFrame.from_records(rows, columns=None if rows else RUN_KEYS)
+    """One row per run from summary.json."""
+    return load_runs(runs).summaries
 
 
 # --------------------------------------------------------------------------------------------
@@ -559,8 +521,8 @@ def write_csv(df: pd.DataFrame, path: str | os.PathLike) -> None:
 # --------------------------------------------------------------------------------------------
 def _cmd_analyze(args: argparse.Namespace) -> int:
     study = load_study(args.study)
-    runs = find_runs(args.runs)
-    table = summarize(study, load_evals(runs), load_steps(runs), load_summaries(runs),
+    tables = load_runs(args.runs)
+    table = summarize(study, tables.evals, tables.steps, tables.summaries,
                       thresholds=args.thresholds, n_boot=args.n_boot, seed=args.seed)
     out = Path(args.out)
     write_csv(table, out)
@@ -572,8 +534,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser("analyze", help="speedup table of a study over run directories")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", required=True, help="results folder holding runs/ (or runs/ itself)")
     p.add_argument("--study", required=True, help="YAML list of comparisons (see pods.analysis)")
     p.add_argument("--out", default="results/summary.csv", help="CSV path; the .md goes beside it")

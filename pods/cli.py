@@ -1,7 +1,9 @@
 """`pods <command> ...`: one entry point, each command implemented next to the code it drives.
 
-Every module listed in COMMANDS exposes `register(subparsers)`, which adds its sub-command(s) and
-sets `func(args) -> int` on the sub-parser.
+Every module listed in COMMANDS exposes `add_arguments(parser)`, which adds the command's options
+(and sub-commands) to its parser and sets `func(args) -> int`. Only the chosen command's module
+is imported: the trainer pulls in torch and transformers (seconds of CPU), which `pods --help`,
+`pods analyze` and `pods plot` never need.
 """
 from __future__ import annotations
 
@@ -9,24 +11,26 @@ import argparse
 import importlib
 import sys
 
-# sub-command name -> module that implements it
+from pods.runs import RunFailed
+
+# sub-command name -> (module that implements it, one line of help)
 COMMANDS = {
-    "train": "pods.trainer",
-    "warmstart": "pods.warmstart",
-    "analyze": "pods.analysis",
-    "plot": "pods.plots",
-    "paper": "pods.paper",
+    "train": ("pods.trainer", "train one GRPO / GRPO-PODS run (resumes from its checkpoint when restarted)"),
+    "warmstart": ("pods.warmstart", "supervised warm start of the tiny policy (the embedded base model)"),
+    "analyze": ("pods.analysis", "speedup table of a study over run directories"),
+    "plot": ("pods.plots", "figures from run metrics (PNG + PDF)"),
+    "paper": ("pods.paper", "the paper's figures from the authors' released results"),
 }
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The parser of every command, or of `command` only: importing the trainer's module pulls in
-    torch and transformers (seconds of CPU), which `pods analyze` and `pods plot` never need."""
+    """Every command's parser, with the options of `command` only (the others print their help line)."""
     parser = argparse.ArgumentParser(prog="pods", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    modules = [COMMANDS[command]] if command in COMMANDS else COMMANDS.values()
-    for module in dict.fromkeys(modules):
-        importlib.import_module(module).register(sub)
+    for name, (module, help_line) in COMMANDS.items():
+        command_parser = sub.add_parser(name, help=help_line, description=help_line)
+        if name == command:
+            importlib.import_module(module).add_arguments(command_parser)
     return parser
 
 
@@ -39,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:  # bad input: one clear line, no traceback
         print(f"pods {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except RunFailed as exc:  # a run that stopped on its own numbers: said in one line, recorded in its summary
+        print(f"pods {args.command}: error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

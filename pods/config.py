@@ -96,8 +96,9 @@ class TrainConfig:
         metadata={"help": "Local model folder (save_pretrained layout) RL starts from; `{benchmark}` is filled in."},
     )
     run_dir: str = field(
-        default="results/runs/{benchmark}/{hardware}/{method}/seed{seed}",
-        metadata={"help": "Output folder; `{benchmark}`, `{hardware}`, `{method}`, `{seed}` are filled in."},
+        default="results/local/runs/{benchmark}/{hardware}/{method}/seed{seed}",
+        metadata={"help": "Output folder; `{benchmark}`, `{hardware}`, `{method}`, `{seed}` are filled in. The "
+                          "default is git-ignored, away from the committed study (the workflow sets its own)."},
     )
 
     # ---- rollouts and down-sampling
@@ -340,6 +341,16 @@ class TrainConfig:
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 
+def config_help() -> str:
+    """Every config key with its type, default and help, for `pods train --help`."""
+    lines = ["config keys (KEY=VALUE, or in the --config YAML), with their defaults:"]
+    for f in dataclasses.fields(TrainConfig):
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        lines.append(f"  {f.name} = {default!r}  ({str(f.type)})")
+        lines.append(f"      {f.metadata.get('help', '')}")
+    return "\n".join(lines)
+
+
 def _coerce(key: str, value: Any) -> Any:
     """Check one value against the field's annotation (YAML already typed it); ints pass as floats."""
     annotation = str(_FIELDS[key].type)
@@ -358,13 +369,18 @@ def _coerce(key: str, value: Any) -> Any:
         if isinstance(value, float) and value.is_integer():
             return int(value)
     elif base == "float":
+        number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # PyYAML reads `1e-4` (no dot) as a string
+            number = float(value)
+        elif isinstance(value, str):  # PyYAML reads `1e-4` (no dot) as a string
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
+        if number is not None:
+            if not math.isfinite(number):
+                raise ValueError(f"config key {key!r} must be a finite number, got {value!r}")
+            return number
     elif base == "str":
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)

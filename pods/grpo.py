@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
 import torch
 
 ADVANTAGE_EPS = 1e-4  # the authors' (and TRL's) epsilon in (r - mean) / (std + eps)
@@ -42,13 +43,18 @@ def kept_advantages(
     """Advantages `[G, m]` of the kept rollouts `kept[G, m]` (indices into `rewards[G, n]`).
 
     `normalize_over="kept"` uses the mean and std of the m kept rewards (the authors' code);
-    `"all"` uses all n generated rewards and then keeps the selected entries.
+    `"all"` uses all n generated rewards and then keeps the selected entries. Takes torch tensors
+    or numpy arrays (as `pods.selection.select` returns them) and answers in the same kind.
     """
+    if normalize_over not in ("kept", "all"):
+        raise ValueError(f"normalize_over must be 'kept' or 'all', got {normalize_over!r}")
+    as_numpy = isinstance(rewards, np.ndarray)
+    rewards, kept = torch.as_tensor(rewards), torch.as_tensor(kept, dtype=torch.long)
     if normalize_over == "kept":
-        return group_advantages(torch.gather(rewards, 1, kept), scale=scale, eps=eps)
-    if normalize_over == "all":
-        return torch.gather(group_advantages(rewards, scale=scale, eps=eps), 1, kept)
-    raise ValueError(f"normalize_over must be 'kept' or 'all', got {normalize_over!r}")
+        advantages = group_advantages(torch.gather(rewards, 1, kept), scale=scale, eps=eps)
+    else:
+        advantages = torch.gather(group_advantages(rewards, scale=scale, eps=eps), 1, kept)
+    return advantages.numpy() if as_numpy else advantages
 
 
 # --- loss aggregation ----------------------------------------------------------------------------

@@ -55,6 +55,7 @@ import pandas as pd
 import yaml
 
 from pods import analysis, plots
+from pods import runs as runfiles
 from pods.config import method_name, parse_method
 from pods.io import atomic_write_bytes
 
@@ -273,22 +274,16 @@ def import_single_gpu_run(path: Path, base_rows: list[dict], family: Family, rul
     # the authors' s/step: the horizon over the global step of the checkpoint saved at the horizon
     horizon_index = min(len(cps), family.horizon_s // family.interval_s) - 1
     steps = cps[horizon_index][0]
-    own = [r for r in records if r["eval_set"] == family.eval_set]
-    if not own:
-        raise ValueError(f"{path}: no {family.eval_set!r} evaluations")
-    later = [r["accuracy"] for r in own if 0 < r["train_time_s"] <= family.horizon_s]
     parsed = parse_method(method)
     run_dir = out / "runs" / family.benchmark / SINGLE_GPU_HARDWARE / method / f"seed{run}"
-    summary = {
-        "benchmark": family.benchmark, "hardware": SINGLE_GPU_HARDWARE, "method": method,
-        "rule": parsed.rule, "n": n, "m": m, "seed": run, "steps": steps,
-        "train_time_s": float((horizon_index + 1) * family.interval_s), "wall_time_s": None,
-        "s_per_step": (horizon_index + 1) * family.interval_s / steps,
-        "s_per_step_source": "horizon / global step of the horizon checkpoint (authors' definition)",
-        "phase_s_per_step": {}, "base_accuracy": own[0]["accuracy"],
-        "final_accuracy": later[-1] if later else None, "peak_accuracy": max(later) if later else None,
-        "status": "complete", "source": f"{RELEASE_REPO}@{RELEASE_COMMIT[:7]}:results/{path.name}",
-    }
+    identity = {"benchmark": family.benchmark, "hardware": SINGLE_GPU_HARDWARE, "method": method,
+                "rule": parsed.rule, "n": n, "m": m, "seed": run}
+    summary = runfiles.build_summary(
+        identity, records, [], status="complete", eval_set=family.eval_set, steps=steps,
+        train_time_s=float((horizon_index + 1) * family.interval_s), wall_time_s=None,
+        s_per_step_source="horizon / global step of the horizon checkpoint (authors' definition)",
+        phase_s_per_step={}, source=f"{RELEASE_REPO}@{RELEASE_COMMIT[:7]}:results/{path.name}",
+    )
     config = {"source": summary["source"], "model": family.model, "benchmark": family.benchmark,
               "eval_set": family.eval_set, "metric": family.metric, "checkpoint_interval_s": family.interval_s,
               "horizon_s": family.horizon_s, "rule": parsed.rule, "n": n, "m": m}
@@ -297,6 +292,13 @@ def import_single_gpu_run(path: Path, base_rows: list[dict], family: Family, rul
 
 
 def _write_run(run_dir: Path, records: list[dict], summary: dict, config: dict) -> None:
+    """Check the imported run against the run schema (as every reader will), then write it."""
+    try:
+        runfiles.check_evals(list(enumerate(records, 1)), str(run_dir / "evals.jsonl"),
+                             base=summary.get("base_evaluation", True))
+        runfiles.check_summary(summary, records, None, runfiles.run_key(run_dir), str(run_dir / "summary.json"))
+    except runfiles.RunFileError as exc:
+        raise runfiles.RunFileError(f"{exc} (imported from {summary['source']})") from None
     lines = "".join(json.dumps(r, allow_nan=False) + "\n" for r in records)
     analysis.write_atomic(run_dir / "evals.jsonl", lines)
     analysis.write_atomic(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
@@ -370,21 +372,19 @@ def import_cluster(src: Path, name: str, cluster: Cluster, out: Path) -> tuple[l
         } for r in merged.to_dict("records")]
         times = merged["time"].to_numpy(float)
         step_30 = int(merged["_step"].to_numpy()[np.abs(times - cluster.horizon_s).argmin()])
-        accs = [r["accuracy"] for r in records if r["accuracy"] is not None and r["train_time_s"] <= cluster.horizon_s]
         parsed = parse_method(method)
-        summary = {
-            "benchmark": "gsm8k", "hardware": cluster.hardware, "method": method, "rule": parsed.rule,
-            "n": n, "m": m, "seed": seed, "grad_accum": ga, "steps": None,
-            "train_time_s": float(times.max()), "wall_time_s": None,
-            "s_per_step": cluster.horizon_s * ga / step_30, "wandb_step_at_horizon": step_30,
-            "s_per_step_source": "authors' bar-chart formula 1800 x GA / wandb _step at 30 min; "
-                                 "_step counts log calls, not optimiser steps (PAPER.md 4.1)",
-            "phase_s_per_step": {}, "base_accuracy": accs[0] if accs else None,
-            "final_accuracy": accs[-1] if accs else None, "peak_accuracy": max(accs) if accs else None,
-            "status": "complete",
-            "source": f"{RELEASE_REPO}@{RELEASE_COMMIT[:7]}:results/{name}-{{acc,length}}.csv "
-                      f"run {prefix}-s{seed}-p8-n{n}-m{m}-ga{ga}",
-        }
+        identity = {"benchmark": "gsm8k", "hardware": cluster.hardware, "method": method, "rule": parsed.rule,
+                    "n": n, "m": m, "seed": seed, "grad_accum": ga}
+        summary = runfiles.build_summary(
+            identity, records, [], status="complete", eval_set="gsm8k", steps=None,
+            train_time_s=float(times.max()), wall_time_s=None,
+            s_per_step=cluster.horizon_s * ga / step_30, wandb_step_at_horizon=step_30,
+            s_per_step_source="authors' bar-chart formula 1800 x GA / wandb _step at 30 min; "
+                              "_step counts log calls, not optimiser steps (PAPER.md 4.1)",
+            phase_s_per_step={}, base_evaluation=False,  # the exports start at the first logged evaluation
+            source=f"{RELEASE_REPO}@{RELEASE_COMMIT[:7]}:results/{name}-{{acc,length}}.csv "
+                   f"run {prefix}-s{seed}-p8-n{n}-m{m}-ga{ga}",
+        )
         config = {"source": summary["source"], "model": cluster.model, "benchmark": "gsm8k",
                   "eval_set": "gsm8k", "metric": ACC_METRIC, "rule": parsed.rule, "n": n, "m": m,
                   "grad_accum": ga, "gpus": 8, "step_unit": "wandb _step"}
@@ -639,9 +639,7 @@ def build_paper_outputs(runs_root: str | os.PathLike, out_dir: str | os.PathLike
     whose runs are absent is an error, an unrequested one is reported missing in the tables.
     """
     out_dir = Path(out_dir)
-    runs = analysis.find_runs(runs_root)
-    evals = analysis.load_evals(runs)
-    summaries = analysis.load_summaries(runs)
+    evals, _, summaries = analysis.load_runs(runs_root)
     drawn, missing, curve_rows = [], [], []
     requested = list(PAPER_FIGURES if names is None else names)
     for name in requested:
@@ -726,8 +724,7 @@ def _cmd_figures(args) -> int:
     return 0
 
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser("paper", help="the paper's figures from the authors' released results")
+def add_arguments(p) -> None:
     sub = p.add_subparsers(dest="paper_command", metavar="STEP", required=True)
     d = sub.add_parser("download", help="fetch the release's results/ at the pinned commit, checksummed")
     d.add_argument("--dest", required=True)

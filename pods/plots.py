@@ -192,9 +192,7 @@ def _time_unit(grid: np.ndarray) -> tuple[float, str]:
 
 def plot_runs(runs_root: str | os.PathLike, out_dir: str | os.PathLike, how: str = "nearest") -> list[Path]:
     """Every figure of the runs under `runs_root` (see the module docstring)."""
-    runs = analysis.find_runs(runs_root)
-    evals = analysis.load_evals(runs)
-    steps = analysis.load_steps(runs)
+    evals, steps, _ = analysis.load_runs(runs_root)
     out_dir = Path(out_dir)
     written = []
     for (benchmark, hardware, eval_set), part in evals.groupby(["benchmark", "hardware", "eval_set"]):
@@ -265,17 +263,15 @@ def plot_study_figure(kind: str, runs_root: str | os.PathLike, study: Sequence[M
                       how: str = "nearest") -> list[Path]:
     """One figure of a study (the Snakemake `plot` rule): `<stem>.png` and `<stem>.pdf`."""
     methods = study_methods(study, kind, benchmark, hardware, design)
-    runs = analysis.find_runs(runs_root)
+    evals, steps, _ = analysis.load_runs(runs_root)
     title = f"{benchmark} on {hardware}" + (f", {design.replace('_', ' ')}" if design else "")
     colors = {parse_method(m).label: c for m, c in method_colors(methods).items()}
     if kind == "step_time":
-        steps = analysis.load_steps(runs)
         steps = _declared_seeds(steps[(steps["benchmark"] == benchmark) & (steps["hardware"] == hardware)], methods)
         if steps.empty:
             raise ValueError(f"no steps.jsonl records for {benchmark}/{hardware}")
         return phase_bar_figure(phase_table(steps).reindex([m for m in methods if m in set(steps["method"])]),
                                 stem, title=title)
-    evals = analysis.load_evals(runs)
     evals = _declared_seeds(evals[(evals["benchmark"] == benchmark) & (evals["hardware"] == hardware)], methods)
     arms = {m: analysis.select_eval_set(evals[evals["method"] == m], benchmark) for m in methods}
     grid = analysis.default_grid(pd.concat(arms.values()))
@@ -303,8 +299,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser("plot", help="figures from run metrics (PNG + PDF)")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("kind", choices=PLOT_KINDS + ("all",),
                    help="one study figure, or `all`: every figure of every run under --runs")
     p.add_argument("--runs", required=True, help="results folder holding runs/ (or runs/ itself)")

@@ -41,6 +41,21 @@ class TrainClock:
             self._paused_s += time.perf_counter() - start
 
 
+class Heartbeat:
+    """`due()` is true once every `every_s` seconds of wall clock (never when None): the progress
+    line of a log file or a batch job, where a progress bar would be one endless line."""
+
+    def __init__(self, every_s: float | None):
+        self.every_s = every_s
+        self._next = time.monotonic() + (every_s or 0.0)
+
+    def due(self) -> bool:
+        if self.every_s is None or time.monotonic() < self._next:
+            return False
+        self._next = time.monotonic() + self.every_s
+        return True
+
+
 class PhaseTimer:
     """Accumulates seconds per named phase; `lap()` returns and resets the current step's."""
 

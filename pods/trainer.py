@@ -9,13 +9,20 @@ micro-batches.
 
 Outputs (docs/contracts.md): `config.yaml`, `steps.jsonl`, `evals.jsonl`, `summary.json` and a
 resumable `checkpoint/` in the run directory. Starting the same command again after a crash
-continues from the last checkpoint.
+continues from the last checkpoint. The run directory is never lost to a mistake: the trainer
+holds its lock for the whole run (a second writer fails at once, naming the first), leaves a
+finished run untouched, refuses files it cannot resume unless told to start over (`restart`),
+and stops on a non-finite loss, gradient or policy with `status: failed` and the last good
+checkpoint kept.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import random
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,18 +33,20 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from pods import io
-from pods.config import TrainConfig, load_train_config
+from pods.config import TrainConfig, config_help, load_train_config
 from pods.evaluation import EvalSet, evaluate
 from pods.grpo import kept_advantages
 from pods.rollout import make_rollout_engine
 from pods.rollout.base import Rollouts, encode_prompts
+from pods.runs import RUN_FILES, RunDirError, RunFailed, RunLock, build_summary, describe_holder, produced_files
 from pods.selection import select
-from pods.timing import STEP_PHASES, PhaseTimer, TrainClock
+from pods.timing import Heartbeat, PhaseTimer, TrainClock
 from pods.update import UpdateBatch, make_update_engine
 
 CHECKPOINT = "checkpoint/state.pt"
-# Keys that may differ when a run is started again: a larger budget extends a finished run.
-RESUMABLE_CHANGES = {"max_train_time_s", "max_steps"}
+# Keys that may differ when a run is started again: a larger budget extends a finished run, and a
+# run directory that was moved (or copied from a clone) is still the same run.
+RESUMABLE_CHANGES = {"max_train_time_s", "max_steps", "run_dir"}
 
 
 # --- processes -----------------------------------------------------------------------------------
@@ -151,59 +160,98 @@ def save_checkpoint(run_dir: Path, updater, progress: Progress) -> None:
     io.atomic_write_bytes(checkpoint_path(run_dir), buffer.getvalue())
 
 
-def resume_or_start(cfg: TrainConfig, run_dir: Path, updater) -> tuple[Progress, dict | None]:
-    """Load the last checkpoint and cut the logs back to it, or start the run from scratch.
+def saved_config_differences(cfg: TrainConfig, run_dir: Path) -> list[str]:
+    """`key=saved, not new` for every key (but a budget) where the run directory's config differs."""
+    path = run_dir / "config.yaml"
+    saved = io.read_yaml(path) if path.exists() else {}
+    return [f"{key}={saved[key]!r}, not {value!r}" for key, value in cfg.to_dict().items()
+            if key not in RESUMABLE_CHANGES and key in saved and saved[key] != value]
 
-    Returns the progress and the saved RNG states (None on a fresh start), which the caller
-    restores just before the loop, after everything that might draw from them at start-up.
+
+def has_checkpoint(run_dir: Path) -> bool:
+    folder = run_dir / Path(CHECKPOINT).parent
+    return folder.is_dir() and any(folder.iterdir())
+
+
+def inspect_run_dir(cfg: TrainConfig, run_dir: Path) -> dict | None:
+    """What this command may do with the run directory, decided before anything is loaded.
+
+    Returns the summary of a finished run that this budget does not extend (nothing to do);
+    raises RunDirError for a directory the command must not touch; None: start or resume.
     """
-    steps, evals = run_dir / "steps.jsonl", run_dir / "evals.jsonl"
+    files = produced_files(run_dir)
+    summary = None
+    if "summary.json" in files:
+        try:
+            summary = json.loads((run_dir / "summary.json").read_text())
+        except json.JSONDecodeError:
+            raise RunDirError(f"{run_dir}/summary.json is not valid JSON; pass --restart to train the run "
+                              "again from step 0, or delete the folder") from None
+    status = (summary or {}).get("status")
+    differences = saved_config_differences(cfg, run_dir) if files else []
+    if status == "complete":
+        if differences:
+            raise RunDirError(f"{run_dir} holds a finished run with {'; '.join(differences)}; use another "
+                              "run_dir (or --restart to discard it)")
+        if budget_spent(cfg, summary.get("steps") or 0, summary.get("train_time_s") or 0.0):
+            return summary
+        if not has_checkpoint(run_dir):
+            raise RunDirError(f"{run_dir} holds a finished run ({summary.get('steps')} steps) without the "
+                              "checkpoint a larger budget would continue from; use another run_dir, or "
+                              "--restart to train it again from step 0")
+    elif files and not has_checkpoint(run_dir):
+        raise RunDirError(f"{run_dir} holds {', '.join(files)}" + (f" (status {status})" if status else "")
+                          + " but no checkpoint to resume from; pass --restart to discard them and start "
+                          "again, or delete the folder")
+    if differences and has_checkpoint(run_dir):
+        raise RunDirError(f"{run_dir} holds a checkpoint of a run with {'; '.join(differences)}; use another "
+                          "run_dir (or --restart to discard it)")
+    return None
+
+
+def clear_run_dir(run_dir: Path) -> None:
+    """Start over on purpose: every file of an earlier attempt goes (under the run's lock)."""
+    for name in (*RUN_FILES, "config.yaml"):
+        (run_dir / name).unlink(missing_ok=True)
+    shutil.rmtree(run_dir / Path(CHECKPOINT).parent, ignore_errors=True)
+
+
+def resume_or_start(cfg: TrainConfig, run_dir: Path, updater) -> tuple[Progress, dict | None]:
+    """Load the last checkpoint and cut the logs back to it, or start the run from step 0.
+
+    Returns the progress and the saved RNG states (None on a fresh start). `inspect_run_dir` has
+    already refused a directory with logs but no checkpoint, so a fresh start finds no logs.
+    """
     rank, size = world()
     found = all_sum([float(checkpoint_path(run_dir).exists())])[0]
     if 0 < found < size:
-        raise ValueError(f"{run_dir}: only {int(found)} of {size} processes have a checkpoint; delete checkpoint/ to restart")
-    if found:
-        saved = io.read_yaml(run_dir / "config.yaml") if (run_dir / "config.yaml").exists() else {}
-        for key, value in cfg.to_dict().items():
-            if key not in RESUMABLE_CHANGES and key in saved and saved[key] != value:
-                raise ValueError(
-                    f"{run_dir} holds a checkpoint of a run with {key}={saved[key]!r}, not {value!r}; "
-                    "use another run_dir or delete it"
-                )
-        state = torch.load(checkpoint_path(run_dir), weights_only=False)
-        updater.load_state_dict(state["engine"])
-        progress = Progress(**state["progress"])
-        if rank == 0:
-            io.truncate_jsonl(steps, lambda r: r["step"] <= progress.step)
-            io.truncate_jsonl(evals, lambda r: r["step"] <= progress.step)
-        barrier()
-        return progress, state["rng"]
-    # No checkpoint: whatever an earlier attempt logged cannot be continued, so start clean.
-    if rank == 0:
-        for path in (steps, evals, run_dir / "summary.json"):
-            path.unlink(missing_ok=True)
+        raise RunDirError(f"{run_dir}: only {int(found)} of {size} processes have a checkpoint; "
+                          "pass --restart to start again")
+    if not found:
+        return Progress(), None
+    state = torch.load(checkpoint_path(run_dir), weights_only=False)
+    updater.load_state_dict(state["engine"])
+    progress = Progress(**state["progress"])
+    if rank == 0:  # what was logged after the checkpoint is done again, identically
+        io.truncate_jsonl(run_dir / "steps.jsonl", lambda r: r["step"] <= progress.step)
+        io.truncate_jsonl(run_dir / "evals.jsonl", lambda r: r["step"] <= progress.last_eval_step)
     barrier()
-    return Progress(), None
+    return progress, state["rng"]
 
 
-def summarize(cfg: TrainConfig, run_dir: Path, progress: Progress, complete: bool) -> dict:
-    steps = io.read_jsonl(run_dir / "steps.jsonl")
-    evals = io.read_jsonl(run_dir / "evals.jsonl")
-    phases = {p: float(np.mean([s[f"{p}_s"] for s in steps])) if steps else 0.0 for p in STEP_PHASES}
-    accuracies = [e["accuracy"] for e in evals]
-    summary = {
-        "benchmark": cfg.benchmark, "hardware": cfg.hardware, "method": cfg.method, "rule": cfg.rule,
-        "n": cfg.n, "m": cfg.m, "seed": cfg.seed,
-        "prompts_per_step": cfg.prompts_per_step, "micro_batch": cfg.micro_batch, "grad_accum": cfg.grad_accum,
-        "steps": progress.step, "train_time_s": progress.train_s, "wall_time_s": progress.wall_s,
-        "s_per_step": progress.train_s / progress.step if progress.step else None,
-        "phase_s_per_step": phases,
-        "base_accuracy": next((e["accuracy"] for e in evals if e["step"] == 0), None),
-        "final_accuracy": accuracies[-1] if accuracies else None,
-        "peak_accuracy": max(accuracies) if accuracies else None,
-        "eval_s": progress.eval_s, "checkpoint_s": progress.checkpoint_s,
-        "status": "complete" if complete else "running",
-    }
+def run_identity(cfg: TrainConfig) -> dict:
+    return {"benchmark": cfg.benchmark, "hardware": cfg.hardware, "method": cfg.method, "rule": cfg.rule,
+            "n": cfg.n, "m": cfg.m, "seed": cfg.seed, "prompts_per_step": cfg.prompts_per_step,
+            "micro_batch": cfg.micro_batch, "grad_accum": cfg.grad_accum}
+
+
+def summarize(cfg: TrainConfig, run_dir: Path, progress: Progress, status: str, **extra) -> dict:
+    """Write summary.json from the logs on disk (`pods.runs.build_summary`) and return it."""
+    summary = build_summary(
+        run_identity(cfg), io.read_jsonl(run_dir / "evals.jsonl"), io.read_jsonl(run_dir / "steps.jsonl"),
+        status=status, steps=progress.step, train_time_s=progress.train_s, wall_time_s=progress.wall_s,
+        eval_s=progress.eval_s, checkpoint_s=progress.checkpoint_s, **extra,
+    )
     io.write_json(run_dir / "summary.json", summary)
     return summary
 
@@ -226,13 +274,46 @@ def startup_lines(cfg: TrainConfig) -> str:
 
 
 # --- the loop ------------------------------------------------------------------------------------
-def train(cfg: TrainConfig, *, progress_bar: bool = True) -> dict:
-    """Run (or resume) one training run; returns its summary (on process 0)."""
+def train(cfg: TrainConfig, *, progress_bar: bool = True, restart: bool = False, log_every_s: float | None = 30.0) -> dict:
+    """Run (or resume) one training run; returns its summary (on process 0).
+
+    Process 0 holds the run directory's lock from before the model is loaded to the end. A finished
+    run whose budget this config does not extend is returned as it is, untouched; `restart`
+    discards whatever an earlier attempt left (the only way this function deletes run files).
+    `log_every_s`: without a progress bar, a progress line every this many seconds (None: never).
+    """
+    run_dir = cfg.output_dir()
+    lead = int(os.environ.get("RANK", "0")) == 0  # process 0 of a launcher writes the run files
+    # read-only checks first: a finished run or a bad input leaves no trace at all
+    if not restart and (finished := inspect_run_dir(cfg, run_dir)) is not None:
+        if lead:
+            print(f"{run_dir}: finished already ({finished.get('steps')} steps, "
+                  f"{finished.get('train_time_s') or 0:.1f} s of training); nothing to do", flush=True)
+        return finished if lead else {}
+    if not (cfg.model_path() / "config.json").is_file():
+        raise FileNotFoundError(f"base_model: no model folder at {cfg.model_path()}; run `pods warmstart` first")
+    lock = RunLock(run_dir)
+    if lead:
+        lock.acquire()
+        if lock.previous:
+            print(f"{run_dir}: taking over the lock left by {describe_holder(lock.previous)}, which no longer "
+                  "holds it", flush=True)
+    try:
+        if restart:
+            if lead:
+                clear_run_dir(run_dir)
+        else:
+            inspect_run_dir(cfg, run_dir)  # again, now that no other writer can change it
+        return train_loop(cfg, run_dir, progress_bar=progress_bar, log_every_s=log_every_s)
+    finally:
+        lock.release()
+
+
+def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every_s: float | None) -> dict:
     from pods.models import load_policy
     from pods.tasks import get_task
 
     torch.set_num_threads(cfg.num_threads)
-    run_dir = cfg.output_dir()
     task = get_task(cfg.benchmark, **cfg.task_options)
     device = cfg.device
     if device == "cuda" and "LOCAL_RANK" in os.environ:  # one device per process under a launcher
@@ -250,9 +331,13 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     state, saved_rng = resume_or_start(cfg, run_dir, updater)
     if lead:
+        previous = json.loads((run_dir / "summary.json").read_text()) if state.step else {}
+        failed = previous.get("failure") if previous.get("status") == "failed" else None
         io.write_yaml(run_dir / "config.yaml", cfg.to_dict())
         print(startup_lines(cfg) + (f" | {size} processes" if size > 1 else "")
-              + (f" | resuming at step {state.step}" if state.step else ""), flush=True)
+              + (f" | resuming at step {state.step}" if state.step else "")
+              + (f" (the last attempt failed at step {failed['step']}: {failed['reason']})" if failed else ""),
+              flush=True)
     prompts = PromptStream(task.train_problems(cfg.seed), cfg.seed, state.data_position)
 
     def train_time() -> float:
@@ -260,8 +345,9 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True) -> dict:
         return clock.train if size == 1 else all_sum([clock.train if lead else 0.0])[0]
 
     def run_eval() -> dict:
-        # stamped with the training time at which these weights were reached
-        record = {"step": state.step, "train_time_s": round(clock.train, 3), "wall_time_s": round(clock.wall, 3)}
+        # stamped with the training time at which these weights were reached (the base model: none)
+        record = {"step": state.step, "train_time_s": round(clock.train, 3) if state.step else 0.0,
+                  "wall_time_s": round(clock.wall, 3)}
         with clock.paused(), timer("eval"):
             result = evaluate(
                 sampler, task, tokenizer, eval_set, greedy=cfg.eval_greedy, repeats=cfg.eval_repeats,
@@ -278,26 +364,24 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True) -> dict:
         state.last_eval_step = state.step
         return result
 
-    def checkpoint(complete: bool) -> None:
+    def checkpoint(status: str = "running") -> dict | None:
+        nonlocal checkpoint_step
         with clock.paused(), timer("checkpoint"):
             state.train_s, state.wall_s, state.data_position = clock.train, clock.wall, prompts.position
             save_checkpoint(run_dir, updater, state)
             barrier()
-            if lead:
-                summarize(cfg, run_dir, state, complete)
+            summary = summarize(cfg, run_dir, state, status) if lead else None
         state.checkpoint_s += timer.take("checkpoint")  # counted from the next checkpoint on
+        checkpoint_step = state.step
+        return summary
 
     clock, timer = TrainClock(state.train_s, state.wall_s), PhaseTimer()
-    if state.step == 0 and state.last_eval_step < 0:
-        accuracy = run_eval()["accuracy"]  # the base model, at train_time_s == 0
-        state.next_eval_s = cfg.eval_every_s or 0.0
-    else:
-        accuracy = next(iter(io.read_jsonl(run_dir / "evals.jsonl")[-1:]), {}).get("accuracy", float("nan"))
-
+    checkpoint_step = state.step
     if saved_rng is None:
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)
         torch.manual_seed(cfg.seed + 1_000_003 * rank)  # processes sample different rollouts
+        checkpoint()  # from the first moment on, whatever this run logs can be resumed
     else:
         set_rng_state(saved_rng)
     bar = tqdm(
@@ -305,77 +389,102 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True) -> dict:
         initial=state.step if cfg.max_steps is not None else min(round(clock.train), round(cfg.max_train_time_s)),
         unit="step" if cfg.max_steps is not None else "s", disable=not (progress_bar and lead), dynamic_ncols=True,
     )
-    while not budget_spent(cfg, state.step, train_time()):
-        step_start = clock.train
-        # 1. n rollouts per prompt, each prompt prefilled once (each process: its share of prompts)
-        with timer("generate"):
-            problems = [p for p in prompts.take(cfg.prompts_per_step)[rank::size] for _ in range(cfg.groups_per_prompt)]
-            prompt_ids = encode_prompts(tokenizer, [task.render_prompt(p, tokenizer) for p in problems])
-            sampler.sync_weights(updater.policy)
-            rollouts = sampler.generate(prompt_ids, cfg.n, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
-        with timer("reward"):
-            rewards = score(task, tokenizer, rollouts, problems)
-        # 2. keep m per prompt; from here on only kept rollouts cost anything
-        with timer("select"):
-            kept = select(rewards, cfg.m, cfg.rule)
-            batch = UpdateBatch.from_rollouts(rollouts, kept_rows(kept, cfg.n), tokenizer.pad_token_id)
-            advantages = kept_advantages(rewards, kept, normalize_over=cfg.normalize_over, scale=cfg.scale_rewards).flatten()
-            if size > 1:  # the whole step's kept rollouts on every process; the engine splits the update
-                from pods.update.deepspeed_engine import gather_batch
+    heartbeat = Heartbeat(None if progress_bar or not lead else log_every_s)
+    doing = f"the evaluation at step {state.step}"
+    try:
+        if state.step == 0 and state.last_eval_step < 0:
+            accuracy = run_eval()["accuracy"]  # the base model, at train_time_s == 0
+            state.next_eval_s = cfg.eval_every_s or 0.0
+        else:
+            accuracy = io.read_jsonl(run_dir / "evals.jsonl")[-1]["accuracy"]
+        while not budget_spent(cfg, state.step, train_time()):
+            doing = f"step {state.step + 1}"
+            step_start = clock.train
+            # 1. n rollouts per prompt, each prompt prefilled once (each process: its share of prompts)
+            with timer("generate"):
+                problems = [p for p in prompts.take(cfg.prompts_per_step)[rank::size] for _ in range(cfg.groups_per_prompt)]
+                prompt_ids = encode_prompts(tokenizer, [task.render_prompt(p, tokenizer) for p in problems])
+                sampler.sync_weights(updater.policy)
+                rollouts = sampler.generate(prompt_ids, cfg.n, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
+            with timer("reward"):
+                rewards = score(task, tokenizer, rollouts, problems)
+            # 2. keep m per prompt; from here on only kept rollouts cost anything
+            with timer("select"):
+                kept = select(rewards, cfg.m, cfg.rule)
+                batch = UpdateBatch.from_rollouts(rollouts, kept_rows(kept, cfg.n), tokenizer.pad_token_id)
+                advantages = kept_advantages(rewards, kept, normalize_over=cfg.normalize_over, scale=cfg.scale_rewards).flatten()
+                if size > 1:  # the whole step's kept rollouts on every process; the engine splits the update
+                    from pods.update.deepspeed_engine import gather_batch
 
-                batch, advantages = gather_batch(batch, advantages, tokenizer.pad_token_id)
-        # 3. One gradient step per generated batch: the sampling policy is the current one, so the
-        # "old" log-probs come detached from the update's own forward pass (old_logprobs=None), and
-        # the reference pass runs only when the KL term (or the authors' cost) asks for it.
-        with timer("logprob"):
-            ref_logprobs = updater.ref_logprobs(batch) if need_ref else None
-        with timer("update"):
-            metrics = updater.step(batch, advantages.float(), None, ref_logprobs)
-        state.step += 1
+                    batch, advantages = gather_batch(batch, advantages, tokenizer.pad_token_id)
+            # 3. One gradient step per generated batch: the sampling policy is the current one, so the
+            # "old" log-probs come detached from the update's own forward pass (old_logprobs=None), and
+            # the reference pass runs only when the KL term (or the authors' cost) asks for it.
+            with timer("logprob"):
+                ref_logprobs = updater.ref_logprobs(batch) if need_ref else None
+            with timer("update"):
+                metrics = updater.step(batch, advantages.float(), None, ref_logprobs)
+            for name in ("loss", "grad_norm"):  # the weights are now spoilt: stop before anything is saved
+                if not math.isfinite(metrics.get(name, 0.0)):
+                    raise FloatingPointError(f"non-finite {name} ({metrics[name]}) in the update")
+            state.step += 1
 
-        phases = timer.lap()
-        generated, tokens, reward_sum, flat, kept_flat = all_sum([
-            len(rollouts), rollouts.num_tokens, rewards.sum().item(),
-            zero_variance_frac(rewards) * len(problems),
-            zero_variance_frac(torch.gather(rewards, 1, kept)) * len(problems),
-        ])
-        record = {
-            "step": state.step, "train_time_s": round(clock.train, 4), "wall_time_s": round(clock.wall, 4),
-            **{k: round(v, 6) for k, v in phases.items()}, "step_s": round(clock.train - step_start, 6),
-            "rollouts_generated": int(generated), "rollouts_trained": len(batch),
-            "tokens_generated": int(tokens), "tokens_trained": batch.num_tokens,
-            "reward_mean": reward_sum / generated,
-            "zero_variance_frac": flat / cfg.groups_per_step,  # share of groups with no learning signal
-            "kept_zero_variance_frac": kept_flat / cfg.groups_per_step,
-            **metrics,
-        }
+            phases = timer.lap()
+            generated, tokens, reward_sum, flat, kept_flat = all_sum([
+                len(rollouts), rollouts.num_tokens, rewards.sum().item(),
+                zero_variance_frac(rewards) * len(problems),
+                zero_variance_frac(torch.gather(rewards, 1, kept)) * len(problems),
+            ])
+            record = {
+                "step": state.step, "train_time_s": round(clock.train, 4), "wall_time_s": round(clock.wall, 4),
+                **{k: round(v, 6) for k, v in phases.items()}, "step_s": round(clock.train - step_start, 6),
+                "rollouts_generated": int(generated), "rollouts_trained": len(batch),
+                "tokens_generated": int(tokens), "tokens_trained": batch.num_tokens,
+                "reward_mean": reward_sum / generated,
+                "zero_variance_frac": flat / cfg.groups_per_step,  # share of groups with no learning signal
+                "kept_zero_variance_frac": kept_flat / cfg.groups_per_step,
+                **metrics,
+            }
+            if lead:
+                io.append_jsonl(run_dir / "steps.jsonl", record)
+
+            # 4. evaluation and checkpoints on their schedules, off the training clock
+            now = train_time()
+            done = budget_spent(cfg, state.step, now)
+            by_steps = cfg.eval_every_steps is not None and state.step % cfg.eval_every_steps == 0
+            by_time = cfg.eval_every_s is not None and now >= state.next_eval_s
+            if by_steps or by_time or done:
+                doing = f"the evaluation at step {state.step}"
+                accuracy = run_eval()["accuracy"]
+                while cfg.eval_every_s is not None and state.next_eval_s <= now:
+                    state.next_eval_s += cfg.eval_every_s
+            if not done and now >= state.next_checkpoint_s:
+                state.next_checkpoint_s = now + cfg.checkpoint_every_s
+                checkpoint()
+
+            bar.set_postfix(step=state.step, reward=f"{record['reward_mean']:.3f}", acc=f"{accuracy:.3f}",
+                            s_step=f"{clock.train / state.step:.3f}", refresh=False)
+            bar.update(1 if cfg.max_steps is not None else max(0, round(clock.train) - bar.n))
+            if heartbeat.due():
+                print(f"step {state.step} | train {clock.train:.1f} s | reward {record['reward_mean']:.3f} | "
+                      f"accuracy {accuracy:.3f} | {clock.train / state.step:.3f} s/step", flush=True)
+        if state.last_eval_step != state.step:  # resumed from a checkpoint taken just before the budget ran out
+            doing = f"the evaluation at step {state.step}"
+            run_eval()
+    except FloatingPointError as exc:
+        bar.close()
+        reason = f"{exc} (during {doing})"
+        state.train_s, state.wall_s = clock.train, clock.wall
         if lead:
-            io.append_jsonl(run_dir / "steps.jsonl", record)
-
-        # 4. evaluation and checkpoints on their schedules, off the training clock
-        now = train_time()
-        done = budget_spent(cfg, state.step, now)
-        by_steps = cfg.eval_every_steps is not None and state.step % cfg.eval_every_steps == 0
-        by_time = cfg.eval_every_s is not None and now >= state.next_eval_s
-        if by_steps or by_time or done:
-            accuracy = run_eval()["accuracy"]
-            while cfg.eval_every_s is not None and state.next_eval_s <= now:
-                state.next_eval_s += cfg.eval_every_s
-        if not done and now >= state.next_checkpoint_s:
-            state.next_checkpoint_s = now + cfg.checkpoint_every_s
-            checkpoint(complete=False)
-
-        bar.set_postfix(step=state.step, reward=f"{record['reward_mean']:.3f}", acc=f"{accuracy:.3f}",
-                        s_step=f"{clock.train / state.step:.3f}", refresh=False)
-        bar.update(1 if cfg.max_steps is not None else max(0, round(clock.train) - bar.n))
+            summarize(cfg, run_dir, state, "failed", failure={"step": state.step + 1 if doing.startswith("step") else state.step,
+                                                              "reason": reason, "checkpoint_step": checkpoint_step})
+        raise RunFailed(f"{run_dir}: stopped: {reason}; summary.json records the failure and the last good "
+                        f"checkpoint (step {checkpoint_step}) is kept") from None
     bar.close()
 
-    if state.last_eval_step != state.step:  # e.g. resumed from a checkpoint taken before the final eval
-        run_eval()
-    checkpoint(complete=True)
+    summary = checkpoint("complete")
     if not lead:
         return {}
-    summary = summarize(cfg, run_dir, state, complete=True)
     print(
         f"{cfg.method}: {state.step} steps in {state.train_s:.1f} s of training "
         f"({summary['s_per_step'] or 0:.3f} s/step); accuracy base {summary['base_accuracy']:.3f}, "
@@ -386,20 +495,25 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True) -> dict:
 
 
 # --- CLI -----------------------------------------------------------------------------------------
-def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "train", help="train one GRPO / GRPO-PODS run (resumes from its checkpoint when restarted)",
-        description="Train one run. KEY=VALUE pairs override the config file (see pods/config.py).",
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Train one run. KEY=VALUE pairs override the config file; every key is listed below. "
+        "Restarting the same command resumes the run from its checkpoint; a finished run is left as it is."
     )
-    parser.add_argument("--config", type=Path, default=None, help="YAML file of TrainConfig keys")
+    parser.epilog = config_help()
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--config", type=Path, default=None, help="YAML file of config keys")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    parser.add_argument("--restart", action="store_true",
+                        help="discard what an earlier attempt left in run_dir (logs, summary, checkpoint) and start at step 0")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--log-every", type=float, default=30.0, metavar="SECONDS",
+                        help="without a progress bar (a log file, a batch job): a progress line this often")
     parser.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     cfg = load_train_config(args.config, args.overrides)  # every input error before any compute
-    if not (cfg.model_path() / "config.json").is_file():
-        raise FileNotFoundError(f"base_model: no model folder at {cfg.model_path()}; run `pods warmstart` first")
-    train(cfg, progress_bar=not args.no_progress and sys.stderr.isatty())
+    train(cfg, progress_bar=not args.no_progress and sys.stderr.isatty(), restart=args.restart,
+          log_every_s=args.log_every)
     return 0

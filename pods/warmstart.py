@@ -275,11 +275,7 @@ def _save(model, tokenizer, record: dict, out_dir: Path) -> None:
 
 
 # ------------------------------------------------------------------------------ CLI
-def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "warmstart", help="supervised warm start of the tiny policy (the embedded base model)",
-        description=__doc__.splitlines()[0],
-    )
+def add_arguments(parser) -> None:
     parser.add_argument("--config", help="YAML file with WarmStartConfig fields")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="override a config field")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")

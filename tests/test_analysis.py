@@ -11,23 +11,29 @@ import yaml
 
 from pods import analysis
 from pods.cli import main as pods_main
+from pods.config import parse_method
+from pods.runs import build_summary
 
 
 def write_run(root: Path, method: str, seed: int, times, accs, lengths=None, benchmark="arith",
               hardware="cpu", eval_set="arith", steps=None) -> Path:
+    """A finished run directory as the trainer leaves it: evals, steps and a consistent summary."""
     run = root / "runs" / benchmark / hardware / method / f"seed{seed}"
     run.mkdir(parents=True, exist_ok=True)
     lengths = lengths if lengths is not None else [10.0 + i for i in range(len(times))]
-    with open(run / "evals.jsonl", "w") as f:
-        for i, (t, a, n) in enumerate(zip(times, accs, lengths)):
-            f.write(json.dumps({"step": 10 * i, "train_time_s": t, "wall_time_s": t + 1, "eval_set": eval_set,
-                                "accuracy": a, "mean_length": n, "n_items": 100, "repeats": 1}) + "\n")
+    evals = [{"step": 10 * i, "train_time_s": t, "wall_time_s": t + 1, "eval_set": eval_set, "accuracy": a,
+              "mean_length": n, "n_items": 100, "repeats": 1} for i, (t, a, n) in enumerate(zip(times, accs, lengths))]
+    step_log = [{"step": i + 1, "train_time_s": total * (i + 1), "generate_s": gen, "reward_s": 0.0, "select_s": 0.0,
+                 "logprob_s": 0.0, "update_s": upd, "step_s": total} for i, (gen, upd, total) in enumerate(steps or [])]
+    (run / "evals.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
     if steps is not None:
-        with open(run / "steps.jsonl", "w") as f:
-            for i, (gen, upd, total) in enumerate(steps):
-                f.write(json.dumps({"step": i + 1, "train_time_s": total * (i + 1), "generate_s": gen,
-                                    "reward_s": 0.0, "select_s": 0.0, "logprob_s": 0.0, "update_s": upd,
-                                    "step_s": total}) + "\n")
+        (run / "steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in step_log))
+    parsed = parse_method(method)
+    identity = {"benchmark": benchmark, "hardware": hardware, "method": method, "rule": parsed.rule,
+                "n": parsed.n, "m": parsed.m, "seed": seed}
+    summary = build_summary(identity, evals, step_log, status="complete",
+                            train_time_s=max(float(times[-1]), step_log[-1]["train_time_s"] if step_log else 0.0))
+    (run / "summary.json").write_text(json.dumps(summary))
     return run
 
 
@@ -52,7 +58,7 @@ def test_reading_problems_name_the_file(tmp_path):
     with pytest.raises(ValueError, match=r"evals.jsonl:3: not valid JSON"):
         analysis.load_evals(tmp_path)
     (run / "evals.jsonl").write_text(json.dumps({"step": 1, "train_time_s": 1, "eval_set": "a", "accuracy": 1}) + "\n")
-    with pytest.raises(ValueError, match=r"evals.jsonl: record 1 lacks mean_length"):
+    with pytest.raises(ValueError, match=r"evals.jsonl:1: lacks 'mean_length'"):
         analysis.load_evals(tmp_path)
     (run / "evals.jsonl").unlink()
     with pytest.raises(FileNotFoundError, match=r"seed0/evals.jsonl is missing"):

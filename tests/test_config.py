@@ -8,7 +8,7 @@ from pods.config import TrainConfig, load_train_config, parse_method
 def test_defaults_validate_and_name_the_run():
     cfg = load_train_config()
     assert cfg.method == "grpo-n16-m16" and cfg.rule == "identity"
-    assert str(cfg.output_dir()) == "results/runs/arith/cpu/grpo-n16-m16/seed0"
+    assert str(cfg.output_dir()) == "results/local/runs/arith/cpu/grpo-n16-m16/seed0"
 
 
 def test_yaml_then_overrides(tmp_path):

@@ -24,6 +24,7 @@ import yaml
 
 from pods import analysis, paper
 from pods.cli import main as pods_main
+from pods.io import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "paper"
@@ -60,7 +61,7 @@ def test_fixture_import_reports_what_is_missing_and_what_was_left_out(fixture_ru
 def test_llama_runs_use_both_acc_ten_minute_checkpoints_and_the_llama_base(fixture_runs):
     out, _ = fixture_runs
     run = out / "runs" / "gsm8k-llama" / "l40s-lora" / "grpo-n16-m16" / "seed3"
-    rows = analysis.read_jsonl(run / "evals.jsonl")
+    rows = read_jsonl(run / "evals.jsonl")
     assert [r["train_time_s"] for r in rows] == [600.0 * k for k in range(13)]
     assert rows[0]["step"] == 0 and rows[0]["accuracy"] == pytest.approx(0.04)  # base-llama.json
     assert rows[0]["ans_acc"] == pytest.approx(0.24)
@@ -126,7 +127,7 @@ def test_a100_step_time_is_the_authors_formula_on_the_wandb_step(fixture_runs):
     for method, ga in (("grpo-n32-m32", 16), ("pods-max_variance-n128-m32", 4)):
         steps = []
         for run_dir in (out / "runs" / "gsm8k" / "a100x8-zero2" / method).iterdir():
-            rows = analysis.read_jsonl(run_dir / "evals.jsonl")
+            rows = read_jsonl(run_dir / "evals.jsonl")
             steps.append(min(rows, key=lambda r: abs(r["train_time_s"] - 1800))["step"])
         assert bars[method] == pytest.approx(1800 * ga / np.mean(steps))
 

@@ -181,6 +181,22 @@ def test_figures_refuses_to_train(tmp_path):
     assert counts["train"] == 1 and counts["warmstart"] == 1
 
 
+def test_failed_runs_are_named_with_their_reason(tmp_path):
+    runs = sorted(expected_runs(study_config()))
+    for bench, hw, method, seed in runs[1:]:
+        finished_run(tmp_path / f"results/runs/{bench}/{hw}/{method}/seed{seed}")
+    failed = tmp_path / "results/runs/{}/{}/{}/seed{}".format(*runs[0])
+    failed.mkdir(parents=True)
+    (failed / "summary.json").write_text(json.dumps({"status": "failed", "failure": {
+        "step": 7, "reason": "non-finite loss (nan) in the update (during step 7)", "checkpoint_step": 5}}))
+    line = f"{failed}: failed at step 7: non-finite loss (nan) in the update (during step 7)"
+    for target in ("figures", "reproduce"):
+        proc = snakemake("--cores", "1", target, tmp=tmp_path, check=False)
+        text = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and "1 run(s) of this study stopped on a numerical failure" in text
+        assert line in text and "Job stats" not in text
+
+
 @pytest.mark.parametrize("layer", ["config/large.yaml", "config/smoke.yaml"])
 def test_other_studies_dry_run(tmp_path, layer):
     proc = snakemake("-n", "reproduce", "--configfile", layer, tmp=tmp_path)
@@ -305,6 +321,7 @@ def test_smoke_study_end_to_end_then_figures_from_cache(tmp_path):
     expected_rows = {(c["benchmark"], c["design"], c["baseline"], c["method"]) for c in study}
     assert set(zip(table["benchmark"], table["design"], table["baseline"], table["method"])) == expected_rows
     assert (results / "summary.md").read_text().count("\n") > len(study)
+    assert (results / "summary.md").read_text() in proc.stdout  # reproduce ends by printing its table
     figures = sorted((tmp_path / "figures").rglob("*.png"))
     assert figures and all(p.with_suffix(".pdf").stat().st_size > 0 for p in figures)
 

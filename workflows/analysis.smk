@@ -38,3 +38,8 @@ rule analyze:
         f"{LOGS}/analyze.log",
     shell:
         "pods analyze --runs {params.runs} --study {input.study} --out {output.csv} > {log} 2>&1"
+
+
+def print_summary(path):
+    """The table a study target ends with, on the terminal that asked for it."""
+    print(f"\n{path}:\n\n{Path(path).read_text()}", flush=True)

@@ -112,15 +112,21 @@ def run_dir(run):
     return RUN_DIR.format(**run)
 
 
-def run_status(path):
-    """`complete` once the trainer finished the run, `running` mid-run, None before it started."""
+def run_summary(path):
+    """The run's summary.json (None before it started): its status is `running` mid-run,
+    `complete` once the trainer finished, `failed` when it stopped on a non-finite number."""
     summary = Path(path, "summary.json")
     if not summary.exists():
         return None
     try:
-        return json.loads(summary.read_text()).get("status")
-    except (ValueError, AttributeError):
+        record = json.loads(summary.read_text())
+    except ValueError:
         return None
+    return record if isinstance(record, dict) else None
+
+
+def run_status(path):
+    return (run_summary(path) or {}).get("status")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,8 +283,24 @@ if not Path(config["trainer_config"]).is_file():
 COMPARISONS = expand_comparisons(config)
 RUNS_LIST = study_runs(COMPARISONS)
 HARDWARE = sorted({run["hardware"] for run in RUNS_LIST})
-# Run directories whose summary.json says `complete`: read once, used by every target below.
-FINISHED = {run_dir(run) for run in RUNS_LIST if run_status(run_dir(run)) == "complete"}
+# Run directories whose summary.json says `complete` (or `failed`): read once, used by every target below.
+SUMMARIES = {run_dir(run): run_summary(run_dir(run)) or {} for run in RUNS_LIST}
+FINISHED = {path for path, summary in SUMMARIES.items() if summary.get("status") == "complete"}
+FAILED = {path: summary.get("failure", {}) for path, summary in SUMMARIES.items() if summary.get("status") == "failed"}
+
+
+def failure_lines():
+    return [f"  {path}: failed at step {f.get('step')}: {f.get('reason')}" for path, f in sorted(FAILED.items())]
+
+
+# A run that stopped on a non-finite number (its summary.json says `failed`; a run the workflow
+# trains is named in Snakemake's error report instead, with its log) would fail the same way again:
+# it needs a person, so every target stops here and names it.
+if FAILED:
+    raise ValueError(
+        f"{len(FAILED)} run(s) of this study stopped on a numerical failure:\n" + "\n".join(failure_lines())
+        + "\nDelete a run's folder to train it again, or change the config and use another results_dir."
+    )
 
 
 # A clone carries the committed runs of the default study; say so, or a `reproduce` that finishes

@@ -75,6 +75,8 @@ class HFRolloutEngine(RolloutEngine):
                     cache=cache, use_cache=True, logits_to_keep=1)
         cache = out.cache
         logits = out.logits[:, -1, :].float()
+        if not torch.isfinite(logits).all():  # sampling would fail on it, greedy would decode garbage
+            raise FloatingPointError("the policy's logits are not finite (its weights have diverged)")
         if n > 1:  # share each prompt's prefill among its n rows
             cache.batch_repeat_interleave(n)
             logits = logits.repeat_interleave(n, dim=0)
