@@ -35,6 +35,8 @@ rule reproduce:
         SUMMARY_CSV,
         SUMMARY_MD,
         figure_files(),
+        PROJECTION_FILES,
+        PROJECTION_FIGURES,
     default_target: True
     localrule: True
     run:

@@ -1,18 +1,21 @@
-"""Curves, time-to-target and speedup tables from run directories.
+"""Curves, time-to-target, verdicts and speedup tables from run directories.
 
 Everything here is a small pure function over pandas DataFrames in the run schema of
 docs/contracts.md, so the same code reads our own runs and the authors' released results once
-`pods.paper` has imported them into that schema.
+`pods.paper` has imported them into that schema. The rules that decide a comparison are
+declared and justified in docs/verdict.md.
 
-Pipeline, as the claim is stated (PAPER.md 2.3):
-  load_evals(root)                  one row per evaluation of every run
+Pipeline:
+  load_runs(root)                   every run directory, checked (pods.runs), as three tables
   align_to_grid(df, grid)           each seed's curve read off a common time grid
   mean_curve(df, grid)              mean over seeds, +-1.96 SEM band
-  time_to_target(base, method)      threshold = r x peak of the baseline's mean curve (t > 0);
-                                    time = first grid point (t > 0) whose mean reaches it;
-                                    speedup = t_baseline / t_method; None means "not reached"
-  bootstrap_speedup(...)            percentile CI, resampling seeds within each arm
-  summarize(study, evals, steps)    one row per comparison and target rule
+  TARGET_RULES                      (t, baseline mean, method mean, fraction) -> Target:
+                                    `paper` (PAPER.md 2.3: first grid point at fraction x the
+                                    baseline's peak) and `isotonic` (monotone fits, interpolated)
+  compare_arms(grid, base, method)  every rule with its per-seed bootstrap interval, the verdict,
+                                    and speedup = step efficiency / step-cost ratio
+  summarize(study, evals, steps)    one row per (comparison, target) -> summary.csv
+  verdict_table(summary)            one row per comparison -> summary.md, the README
 
 Study file (`pods analyze --study FILE`): YAML, either a list of comparisons or a mapping with a
 `comparisons:` list. One comparison:
@@ -26,8 +29,11 @@ Study file (`pods analyze --study FILE`): YAML, either a list of comparisons or 
       grid_s: 1800                  # optional grid spacing in seconds; inferred when absent
       t_max_s: 21600                # optional end of the grid; inferred when absent
 
-The `rule` column of the summary is the target rule (`0.99` = 99% of the baseline's peak, the
-paper's headline; `1.00` = the exact peak) and `threshold` is the resulting target accuracy.
+Summary columns: `target_rule` (paper | isotonic | equal_time) and `target` (the fraction of the
+baseline's peak, `0.99` / `1.00`, or for equal_time the budget point, `half` / `end`);
+`target_accuracy` is the accuracy to reach. `ci_low` / `ci_high` bound the row's estimate
+(`speedup` for time rules, `accuracy_diff` for equal_time) and `verdict` reads them. Summaries
+written before these names (`rule`, `threshold`) are read by `read_summary`.
 """
 from __future__ import annotations
 
@@ -265,13 +271,31 @@ def regular_grid(spacing_s: float, t_max_s: float) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------------
-# Time to target and speedup
+# Time to target: a registry of rules (docs/verdict.md declares and justifies each)
 # --------------------------------------------------------------------------------------------
 class Target(NamedTuple):
-    target: float               # threshold x peak of the baseline's mean curve over t > 0
-    t_baseline: float | None    # first grid time > 0 where the baseline's mean reaches it
-    t_method: float | None      # same for the method; None = not reached
-    speedup: float | None       # t_baseline / t_method; None when either is not reached
+    target: float | None        # the accuracy to reach; None when the baseline never rose above its start
+    t_baseline: float | None    # when the baseline reaches it
+    t_method: float | None      # when the method reaches it; None = not within the grid
+    speedup: float | None       # t_baseline / t_method; None when either is missing
+
+
+# name -> rule(t, baseline mean curve, method mean curve, fraction of the peak) -> Target
+TargetRule = Callable[[np.ndarray, np.ndarray, np.ndarray, float], Target]
+TARGET_RULES: dict[str, TargetRule] = {}
+
+
+def register_target_rule(name: str):
+    def wrap(fn):
+        TARGET_RULES[name] = fn
+        return fn
+    return wrap
+
+
+def _target(target: float | None, t_b: float | None, t_m: float | None) -> Target:
+    if t_b is None or t_m is None:
+        return Target(target, t_b, t_m, None)
+    return Target(target, t_b, t_m, t_b / t_m if t_m > 0 else math.inf)
 
 
 def first_time_reaching(t: np.ndarray, y: np.ndarray, target: float) -> float | None:
@@ -280,54 +304,178 @@ def first_time_reaching(t: np.ndarray, y: np.ndarray, target: float) -> float | 
     return float(t[hits[0]]) if hits.size else None
 
 
-def _time_to_target_arrays(t: np.ndarray, y_base: np.ndarray, y_method: np.ndarray,
-                           threshold: float) -> Target:
+@register_target_rule("paper")
+def paper_rule(t: np.ndarray, y_base: np.ndarray, y_method: np.ndarray, fraction: float) -> Target:
+    """PAPER.md 2.3: fraction x the baseline mean curve's highest point after t = 0; each arm's
+    first grid point at or above it."""
     later = (t > 0) & ~np.isnan(y_base)
     if not later.any():
         raise ValueError("baseline curve has no point after t = 0")
-    target = threshold * float(np.max(y_base[later]))
-    t_b = first_time_reaching(t, y_base, target)
-    t_m = first_time_reaching(t, y_method, target)
-    speedup = t_b / t_m if t_b is not None and t_m is not None else None
-    return Target(target, t_b, t_m, speedup)
+    target = fraction * float(np.max(y_base[later]))
+    return _target(target, first_time_reaching(t, y_base, target), first_time_reaching(t, y_method, target))
+
+
+def isotonic_fit(y: np.ndarray) -> np.ndarray:
+    """The least-squares non-decreasing curve through `y` (pool adjacent violators)."""
+    from scipy.optimize import isotonic_regression
+
+    return isotonic_regression(np.asarray(y, dtype=float), increasing=True).x
+
+
+def interpolated_crossing(t: np.ndarray, f: np.ndarray, target: float) -> float | None:
+    """First time the straight-line interpolation of the points (t, f) reaches `target`."""
+    hits = np.flatnonzero(f >= target)
+    if not hits.size:
+        return None
+    j = hits[0]
+    if j == 0:
+        return float(t[0])
+    return float(t[j - 1] + (target - f[j - 1]) / (f[j] - f[j - 1]) * (t[j] - t[j - 1]))
+
+
+@register_target_rule("isotonic")
+def isotonic_rule(t: np.ndarray, y_base: np.ndarray, y_method: np.ndarray, fraction: float) -> Target:
+    """docs/verdict.md: each mean curve fitted under monotonicity, target = fraction x the
+    baseline fit's maximum after t = 0, crossings interpolated between grid points."""
+    ok = ~np.isnan(y_base) & ~np.isnan(y_method)
+    t, y_base, y_method = t[ok], y_base[ok], y_method[ok]
+    if not (t > 0).any():
+        raise ValueError("baseline curve has no point after t = 0")
+    f_base, f_method = isotonic_fit(y_base), isotonic_fit(y_method)
+    target = fraction * float(f_base[t > 0].max())
+    if target <= f_base[0]:  # the baseline never rose above where it started: no peak to reach
+        return Target(None, None, None, None)
+    return _target(target, interpolated_crossing(t, f_base, target), interpolated_crossing(t, f_method, target))
 
 
 def time_to_target(baseline_curve: pd.DataFrame, method_curve: pd.DataFrame,
-                   threshold: float = 0.99) -> Target:
-    """PAPER.md 2.3 on two mean curves (DataFrames with columns t, mean) on the same grid."""
+                   threshold: float = 0.99, rule: str = "paper") -> Target:
+    """A target rule of TARGET_RULES on two mean curves (DataFrames with columns t, mean) on one grid."""
     if not 0 < threshold <= 1:
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")
+    if rule not in TARGET_RULES:
+        raise ValueError(f"unknown target rule {rule!r}; choose from {sorted(TARGET_RULES)}")
     check_columns(baseline_curve, ["t", "mean"], "baseline curve")
     check_columns(method_curve, ["t", "mean"], "method curve")
     t = baseline_curve["t"].to_numpy(float)
     if not np.array_equal(t, method_curve["t"].to_numpy(float)):
         raise ValueError("baseline and method curves are on different grids")
-    return _time_to_target_arrays(t, baseline_curve["mean"].to_numpy(float),
-                                  method_curve["mean"].to_numpy(float), threshold)
+    return TARGET_RULES[rule](t, baseline_curve["mean"].to_numpy(float), method_curve["mean"].to_numpy(float),
+                              threshold)
 
 
-def bootstrap_speedup(baseline_df: pd.DataFrame, method_df: pd.DataFrame, grid: Sequence[float],
-                      threshold: float = 0.99, n_boot: int = 2000, ci: float = 0.95, seed: int = 0,
-                      how: str = "nearest", value: str = "accuracy") -> dict:
-    """Percentile CI of the speedup, resampling seeds with replacement within each arm.
+# --------------------------------------------------------------------------------------------
+# Comparing two arms: every rule, its per-seed bootstrap, the decomposition and the verdict
+# --------------------------------------------------------------------------------------------
+# (rule, fraction or budget point) of every summary row, in table order
+TIME_TARGETS = (("paper", 0.99), ("paper", 1.00), ("isotonic", 0.99))
+EQUAL_TIMES = (("equal_time", "half"), ("equal_time", "end"))
+CI = 0.95
+MAX_SEEDS_TO_DECIDE = 1000
 
-    A replicate whose method curve never reaches the target counts as speedup 0 (it did not get
-    there within the budget): leaving such replicates out would report an interval above 1 for a
-    method that misses the target in half of them. `reached_frac` says how many reached it. (The
-    baseline always reaches its own target: the target is a fraction of its own peak.)
-    """
+
+class Arm(NamedTuple):
+    """One arm of a comparison: each seed's curve on the grid, and its seconds per step."""
+
+    curves: np.ndarray   # [seeds, grid points]
+    costs: np.ndarray    # [seeds] mean seconds per optimiser step (NaN where unknown)
+
+
+def _interval(values: np.ndarray) -> tuple[float, float]:
+    finite = values[~np.isnan(values)]
+    if not finite.size:
+        return math.nan, math.nan
+    lo, hi = np.quantile(finite, [(1 - CI) / 2, 1 - (1 - CI) / 2])
+    return float(lo), float(hi)
+
+
+def verdict(lo: float, hi: float, *, above: str, below: str, at: float) -> str:
+    """`above` when the whole interval is above `at`, `below` when below it, else undecided."""
+    if lo > at:
+        return above
+    if hi < at:
+        return below
+    return "undecided"
+
+
+def seeds_to_decide(estimate: float | None, lo: float, hi: float, seeds: int, log_scale: bool) -> float | None:
+    """docs/verdict.md: seeds per arm at which the interval's half-width would fall below the
+    distance of the estimate from no effect, if the spread stays as measured; inf past 1000."""
+    if estimate is None or not all(map(math.isfinite, (lo, hi, estimate))):
+        return math.inf
+    if log_scale:
+        if estimate <= 0 or lo <= 0:
+            return math.inf
+        distance, half_width = abs(math.log(estimate)), (math.log(hi) - math.log(lo)) / 2
+    else:
+        distance, half_width = abs(estimate), (hi - lo) / 2
+    if distance == 0:
+        return math.inf
+    needed = math.ceil(seeds * (half_width / distance) ** 2)
+    return float(needed) if needed <= MAX_SEEDS_TO_DECIDE else math.inf
+
+
+def compare_arms(grid: np.ndarray, base: Arm, meth: Arm, n_boot: int = 2000, seed: int = 0) -> list[dict]:
+    """One record per target (TIME_TARGETS, EQUAL_TIMES): the estimate on all seeds, its
+    per-seed bootstrap interval, the verdict, and for time targets the decomposition into
+    step efficiency and step cost. The same resamples serve every target."""
     grid = np.asarray(grid, dtype=float)
-    _, base = seed_matrix(baseline_df, grid, how=how, value=value)
-    _, meth = seed_matrix(method_df, grid, how=how, value=value)
     rng = np.random.default_rng(seed)
-    base_means = np.nanmean(base[rng.integers(0, len(base), (n_boot, len(base)))], axis=1)
-    meth_means = np.nanmean(meth[rng.integers(0, len(meth), (n_boot, len(meth)))], axis=1)
-    replicates = [_time_to_target_arrays(grid, b, m, threshold).speedup for b, m in zip(base_means, meth_means)]
-    reached = np.array([s is not None for s in replicates])
-    speedups = np.array([0.0 if s is None else s for s in replicates])
-    alpha = (1 - ci) / 2
-    lo, hi = np.quantile(speedups, [alpha, 1 - alpha])
-    return {"ci_low": float(lo), "ci_high": float(hi), "n_boot": n_boot, "reached_frac": float(reached.mean())}
+    pick_b = rng.integers(0, len(base.curves), (n_boot, len(base.curves)))
+    pick_m = rng.integers(0, len(meth.curves), (n_boot, len(meth.curves)))
+    mean = lambda x, idx: np.nanmean(x[idx], axis=0)  # noqa: E731 - mean over the picked seeds
+    boot_b = [mean(base.curves, idx) for idx in pick_b]
+    boot_m = [mean(meth.curves, idx) for idx in pick_m]
+    cost_b = np.array([np.nanmean(base.costs[idx]) if np.isfinite(base.costs[idx]).any() else np.nan for idx in pick_b])
+    cost_m = np.array([np.nanmean(meth.costs[idx]) if np.isfinite(meth.costs[idx]).any() else np.nan for idx in pick_m])
+    y_b, y_m = mean(base.curves, slice(None)), mean(meth.curves, slice(None))
+    c_b = float(np.nanmean(base.costs)) if np.isfinite(base.costs).any() else math.nan
+    c_m = float(np.nanmean(meth.costs)) if np.isfinite(meth.costs).any() else math.nan
+    k = min(len(base.curves), len(meth.curves))
+    t_max = float(grid[-1])
+    records = []
+    for rule, fraction in TIME_TARGETS:
+        point = TARGET_RULES[rule](grid, y_b, y_m, fraction)
+        speedups = np.empty(n_boot)
+        reached = np.zeros(n_boot, dtype=bool)
+        for i in range(n_boot):
+            rep = TARGET_RULES[rule](grid, boot_b[i], boot_m[i], fraction)
+            reached[i] = rep.t_method is not None
+            if rep.t_baseline is None:  # no gain over the base model in this resample: undefined
+                speedups[i] = math.nan
+            else:  # not reached within the budget: at most t_baseline / T (docs/verdict.md)
+                speedups[i] = rep.speedup if rep.speedup is not None else rep.t_baseline / t_max
+        lo, hi = _interval(speedups)
+        efficiency = speedups * cost_m / cost_b
+        cost_ratio = cost_m / cost_b
+        record = {
+            "target_rule": rule, "target": f"{fraction:.2f}", "target_accuracy": point.target,
+            "t_baseline_s": point.t_baseline, "t_method_s": point.t_method, "speedup": point.speedup,
+            "ci_low": lo, "ci_high": hi, "reached_frac": float(reached.mean()),
+            "verdict": verdict(lo, hi, above="faster", below="slower", at=1.0),
+            "steps_baseline": point.t_baseline / c_b if point.t_baseline is not None else None,
+            "steps_method": point.t_method / c_m if point.t_method is not None else None,
+            "step_efficiency": point.speedup * c_m / c_b if point.speedup is not None else None,
+            "step_cost_ratio": c_m / c_b,
+        }
+        record["step_efficiency_ci_low"], record["step_efficiency_ci_high"] = _interval(efficiency)
+        record["step_cost_ratio_ci_low"], record["step_cost_ratio_ci_high"] = _interval(cost_ratio)
+        record["seeds_to_decide"] = (seeds_to_decide(point.speedup, lo, hi, k, log_scale=True)
+                                     if record["verdict"] == "undecided" else None)
+        records.append(record)
+    for rule, when in EQUAL_TIMES:
+        j = len(grid) - 1 if when == "end" else int(np.argmin(np.abs(grid - t_max / 2)))
+        diffs = np.array([m[j] - b[j] for b, m in zip(boot_b, boot_m)])
+        lo, hi = _interval(diffs)
+        estimate = float(y_m[j] - y_b[j])
+        record = {"target_rule": rule, "target": when, "at_s": float(grid[j]),
+                  "accuracy_baseline": float(y_b[j]), "accuracy_method": float(y_m[j]),
+                  "accuracy_diff": estimate, "ci_low": lo, "ci_high": hi,
+                  "verdict": verdict(lo, hi, above="higher", below="lower", at=0.0)}
+        record["seeds_to_decide"] = (seeds_to_decide(estimate, lo, hi, k, log_scale=False)
+                                     if record["verdict"] == "undecided" else None)
+        records.append(record)
+    return records
 
 
 # --------------------------------------------------------------------------------------------
@@ -437,61 +585,113 @@ def comparison_grid(comp: Mapping, base: pd.DataFrame, meth: pd.DataFrame) -> np
     return grid
 
 
+def comparison_arms(comp: Mapping, evals: pd.DataFrame, times: pd.DataFrame, how: str = "nearest"
+                    ) -> tuple[np.ndarray, Arm, Arm, pd.DataFrame, pd.DataFrame]:
+    """The grid and both arms of a comparison (each seed's curve and seconds per step)."""
+    base, meth = _arm(evals, comp, comp["baseline"]), _arm(evals, comp, comp["method"])
+    grid = comparison_grid(comp, base, meth)
+    arms = []
+    for rows, name in ((base, comp["baseline"]), (meth, comp["method"])):
+        seeds, matrix = seed_matrix(rows, grid, how=how)
+        sel = times[(times["benchmark"] == comp["benchmark"]) & (times["hardware"] == comp["hardware"])
+                    & (times["method"] == name)].set_index("seed")["s_per_step"]
+        arms.append(Arm(matrix, np.array([float(sel.get(s, np.nan)) for s in seeds], dtype=float)))
+    return grid, arms[0], arms[1], base, meth
+
+
+def check_same_start(comp: Mapping, summaries: pd.DataFrame | None, base: pd.DataFrame, meth: pd.DataFrame) -> None:
+    """Both arms of a comparison must start from the same base model (summary.json `provenance`)."""
+    if summaries is None or summaries.empty or "provenance" not in summaries:
+        return
+    keys = {(m, s) for rows in (base, meth) for m, s in zip(rows["method"], rows["seed"])}
+    starts: dict[str, list[str]] = {}
+    for rec in summaries.to_dict("records"):
+        origin = rec.get("provenance")
+        if (rec["benchmark"], rec["hardware"]) == (comp["benchmark"], comp["hardware"]) and \
+                (rec["method"], rec["seed"]) in keys and isinstance(origin, Mapping):
+            starts.setdefault(origin.get("base_model_sha256"), []).append(f"{rec['method']}/seed{rec['seed']}")
+    if len(starts) > 1:
+        detail = "; ".join(f"{(sha or '?')[:12]}: {', '.join(sorted(runs)[:3])}" for sha, runs in starts.items())
+        raise ValueError(f"{comp['benchmark']}/{comp['hardware']}: the runs of {comp['baseline']} vs {comp['method']} "
+                         f"start from different base models ({detail}); train them all from one (a fresh results_dir)")
+
+
 def summarize(study: Sequence[Mapping], evals: pd.DataFrame, steps: pd.DataFrame | None = None,
-              summaries: pd.DataFrame | None = None, thresholds: Sequence[float] = (0.99, 1.0),
-              n_boot: int = 1000, seed: int = 0, how: str = "nearest") -> pd.DataFrame:
-    """One row per (comparison, target rule); times in seconds, accuracies in [0, 1]."""
+              summaries: pd.DataFrame | None = None, n_boot: int = 2000, seed: int = 0,
+              how: str = "nearest") -> pd.DataFrame:
+    """One row per (comparison, target): every rule of docs/verdict.md with its interval, verdict
+    and decomposition; times in seconds, accuracies in [0, 1]."""
     times = step_time_table(steps, summaries)
     rows = []
     for i, comp in enumerate(study):
         comp = validate_comparison(comp, f"comparison {i + 1}")
-        base, meth = _arm(evals, comp, comp["baseline"]), _arm(evals, comp, comp["method"])
-        grid = comparison_grid(comp, base, meth)
-        base_curve = mean_curve(base, grid, how=how)
-        meth_curve = mean_curve(meth, grid, how=how)
+        grid, base_arm, meth_arm, base, meth = comparison_arms(comp, evals, times, how=how)
+        check_same_start(comp, summaries, base, meth)
+        base_curve, meth_curve = curve_from_matrix(grid, base_arm.curves), curve_from_matrix(grid, meth_arm.curves)
         later = base_curve["t"] > 0
         timing = {}
         for arm, name in (("baseline", comp["baseline"]), ("method", comp["method"])):
             sel = times[(times["benchmark"] == comp["benchmark"]) & (times["hardware"] == comp["hardware"])
-                        & (times["method"] == name)]
+                        & (times["method"] == name) & times["seed"].isin(base["seed"] if arm == "baseline" else meth["seed"])]
             for col in ["s_per_step"] + [f"{p}_s_per_step" for p in PHASES]:
                 timing[f"{col}_{arm}"] = float(sel[col].mean()) if len(sel) else np.nan
-        for threshold in thresholds:
-            tt = time_to_target(base_curve, meth_curve, threshold)
-            boot = bootstrap_speedup(base, meth, grid, threshold, n_boot=n_boot, seed=seed, how=how)
-            rows.append({
-                **({"name": comp["name"]} if "name" in comp else {}),
-                "benchmark": comp["benchmark"], "hardware": comp["hardware"], "design": comp["design"],
-                "baseline": comp["baseline"], "method": comp["method"],
-                "eval_set": base["eval_set"].iloc[0], "rule": f"{threshold:.2f}",
-                "threshold": tt.target, "t_baseline_s": tt.t_baseline, "t_method_s": tt.t_method,
-                "speedup": tt.speedup, "ci_low": boot["ci_low"], "ci_high": boot["ci_high"],
-                "reached_frac": boot["reached_frac"],
-                "peak_baseline": float(base_curve.loc[later, "mean"].max()),
-                "peak_method": float(meth_curve.loc[later, "mean"].max()),
-                "n_seeds_baseline": int(base["seed"].nunique()), "n_seeds_method": int(meth["seed"].nunique()),
-                **timing,
-            })
-    return pd.DataFrame.from_records(rows)
+        common = {
+            **({"name": comp["name"]} if "name" in comp else {}),
+            "benchmark": comp["benchmark"], "hardware": comp["hardware"], "design": comp["design"],
+            "baseline": comp["baseline"], "method": comp["method"], "eval_set": base["eval_set"].iloc[0],
+        }
+        tail = {
+            "peak_baseline": float(base_curve.loc[later, "mean"].max()),
+            "peak_method": float(meth_curve.loc[later, "mean"].max()),
+            "budget_s": float(grid[-1]), "grid_s": float(grid[1] - grid[0]) if len(grid) > 1 else math.nan,
+            "n_seeds_baseline": int(base["seed"].nunique()), "n_seeds_method": int(meth["seed"].nunique()),
+            **timing,
+        }
+        for record in compare_arms(grid, base_arm, meth_arm, n_boot=n_boot, seed=seed):
+            rows.append({**common, **record, **tail})
+    table = pd.DataFrame.from_records(rows)
+    return table[[c for c in SUMMARY_COLUMNS if c in table.columns] + [c for c in table.columns if c not in SUMMARY_COLUMNS]]
 
 
-def _fmt(value) -> str:
+SUMMARY_COLUMNS = [
+    "name", "benchmark", "hardware", "design", "baseline", "method", "eval_set", "target_rule", "target",
+    "target_accuracy", "t_baseline_s", "t_method_s", "speedup", "at_s", "accuracy_baseline", "accuracy_method",
+    "accuracy_diff", "ci_low", "ci_high", "verdict", "seeds_to_decide", "reached_frac", "steps_baseline",
+    "steps_method", "step_efficiency", "step_efficiency_ci_low", "step_efficiency_ci_high", "step_cost_ratio",
+    "step_cost_ratio_ci_low", "step_cost_ratio_ci_high",
+]
+
+
+def read_summary(path: str | os.PathLike) -> pd.DataFrame:
+    """A summary.csv; files written before the `rule` -> `target` rename read under the new names."""
+    table = pd.read_csv(path)
+    if "target_rule" not in table.columns and "rule" in table.columns:
+        table = table.rename(columns={"rule": "target", "threshold": "target_accuracy"})
+        table.insert(table.columns.get_loc("target"), "target_rule", "paper")
+        table["target"] = table["target"].map(lambda v: f"{float(v):.2f}")
+    return table
+
+
+def _fmt(value, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "not reached" if value is None else ""
+        return ""
+    if isinstance(value, float) and math.isinf(value):
+        return "> 1000" if value > 0 else "-inf"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return f"{value:.{digits}g}"
     return str(value)
 
 
 def to_markdown(df: pd.DataFrame, columns: Sequence[str] | None = None) -> str:
-    """A GitHub table; empty time cells in the time-to-target columns read "not reached"."""
-    columns = list(columns or df.columns)
+    """A GitHub table; on a time-to-target row an empty time or speedup reads "not reached"."""
+    columns = [c for c in (columns or df.columns) if c in df.columns]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for rec in df[columns].to_dict("records"):
+        timed = rec.get("target_rule", "paper") in TARGET_RULES
         cells = []
         for col in columns:
             val = rec[col]
-            if col in ("t_baseline_s", "t_method_s", "speedup") and (val is None or pd.isna(val)):
+            if timed and col in ("t_baseline_s", "t_method_s", "speedup") and (val is None or pd.isna(val)):
                 cells.append("not reached")
             else:
                 cells.append(_fmt(val))
@@ -499,9 +699,155 @@ def to_markdown(df: pd.DataFrame, columns: Sequence[str] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-SUMMARY_MD_COLUMNS = ["benchmark", "hardware", "design", "baseline", "method", "rule", "threshold",
-                      "t_baseline_s", "t_method_s", "speedup", "ci_low", "ci_high", "peak_baseline",
-                      "peak_method", "s_per_step_baseline", "s_per_step_method"]
+def _interval_text(estimate, lo, hi, digits: int = 3) -> str:
+    if estimate is None or (isinstance(estimate, float) and math.isnan(estimate)):
+        return "not reached"
+    return f"{_fmt(float(estimate), digits)} [{_fmt(float(lo), digits)}, {_fmt(float(hi), digits)}]"
+
+
+def verdict_table(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per comparison: each rule's estimate [95% CI] and verdict, and the seeds an
+    undecided robust rule would need (the table the README quotes)."""
+    keys = [k for k in ("name", "benchmark", "hardware", "design", "baseline", "method") if k in table.columns]
+    rows = []
+    for key, part in table.groupby(keys, sort=False):
+        row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        by = {(r["target_rule"], str(r["target"])): r for r in part.to_dict("records")}
+        for label, rule, target, col in (("paper 0.99", "paper", "0.99", "speedup"),
+                                         ("isotonic 0.99", "isotonic", "0.99", "speedup"),
+                                         ("accuracy diff at T", "equal_time", "end", "accuracy_diff")):
+            r = by.get((rule, target))
+            if r is None:
+                continue
+            row[f"{label}"] = _interval_text(r[col], r["ci_low"], r["ci_high"])
+            row[f"{label}: verdict"] = r["verdict"]
+        robust = by.get(("isotonic", "0.99"))
+        if robust is not None:
+            row["seeds to decide (isotonic)"] = "" if robust["verdict"] != "undecided" else _fmt(robust["seeds_to_decide"])
+            row["step efficiency (isotonic)"] = _interval_text(robust["step_efficiency"], robust["step_efficiency_ci_low"],
+                                                               robust["step_efficiency_ci_high"])
+            row["step cost ratio"] = _interval_text(robust["step_cost_ratio"], robust["step_cost_ratio_ci_low"],
+                                                    robust["step_cost_ratio_ci_high"])
+        rows.append(row)
+    return pd.DataFrame.from_records(rows)
+
+
+SUMMARY_MD_COLUMNS = ["name", "benchmark", "hardware", "design", "baseline", "method", "target_rule", "target",
+                      "target_accuracy", "t_baseline_s", "t_method_s", "speedup", "accuracy_diff", "ci_low",
+                      "ci_high", "verdict", "seeds_to_decide", "steps_baseline", "steps_method", "step_efficiency",
+                      "step_cost_ratio", "peak_baseline", "peak_method", "s_per_step_baseline",
+                      "s_per_step_method"]
+
+
+def summary_markdown(table: pd.DataFrame) -> str:
+    """summary.md: the verdict per comparison, then every row of summary.csv."""
+    return ("## Verdict (95% per-seed bootstrap intervals; docs/verdict.md)\n\n" + to_markdown(verdict_table(table))
+            + "\n## Every rule\n\n" + to_markdown(table, SUMMARY_MD_COLUMNS))
+
+
+# --------------------------------------------------------------------------------------------
+# Our runs beside the paper's: the decomposition, and projections onto other hardware
+# --------------------------------------------------------------------------------------------
+DECOMPOSITION_COLUMNS = ["source", "setting", "design", "hardware", "baseline", "method", "target_rule",
+                         "speedup", "ci_low", "ci_high", "step_efficiency", "step_efficiency_ci_low",
+                         "step_efficiency_ci_high", "step_cost_ratio", "step_cost_ratio_ci_low",
+                         "step_cost_ratio_ci_high", "steps_baseline", "steps_method", "s_per_step_baseline",
+                         "s_per_step_method", "verdict"]
+
+
+def _setting(row: Mapping) -> str:
+    name = row.get("name")
+    if isinstance(name, str) and name not in ("main", ""):
+        return name  # the paper's settings are named (gsm8k-l40s, h100x8, ...)
+    return f"{row['benchmark']} {row['design']}"
+
+
+def decomposition_table(ours: pd.DataFrame, paper: pd.DataFrame | None = None,
+                        rules: Sequence[tuple[str, str]] = (("paper", "0.99"), ("isotonic", "0.99"))) -> pd.DataFrame:
+    """speedup = step efficiency / step-cost ratio, per comparison, ours and the paper's."""
+    rows = []
+    for source, table in (("ours", ours), ("paper", paper)):
+        if table is None or table.empty:
+            continue
+        for rec in table.to_dict("records"):
+            if (rec["target_rule"], str(rec["target"])) not in rules:
+                continue
+            rows.append({"source": source, "setting": _setting(rec), **{c: rec.get(c) for c in DECOMPOSITION_COLUMNS
+                                                                        if c not in ("source", "setting")}})
+    return pd.DataFrame.from_records(rows, columns=DECOMPOSITION_COLUMNS)
+
+
+def read_cost_file(path: str | os.PathLike) -> dict:
+    """A phase-cost file of `benchmarks/step_time.py --out`: {"hardware": name, "s_per_step":
+    {method: seconds}, ...}; checked so that a projection never rests on a malformed file."""
+    import json
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"cost file {path} does not exist")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc.msg})") from None
+    costs = data.get("s_per_step") if isinstance(data, dict) else None
+    if not isinstance(costs, dict) or not costs or not isinstance(data.get("hardware"), str):
+        raise ValueError(f"{path}: expected {{'hardware': name, 's_per_step': {{method: seconds}}}}")
+    for method, value in costs.items():
+        parse_method(method)
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ValueError(f"{path}: s_per_step of {method} must be a positive number, got {value!r}")
+    return data
+
+
+def cost_sources(paper: pd.DataFrame | None, cost_files: Sequence[str | os.PathLike] = ()) -> list[dict]:
+    """Step-cost ratios of other hardware: the paper's settings (by design) and the user's files."""
+    sources = []
+    if paper is not None and not paper.empty:
+        for rec in paper.drop_duplicates("name").to_dict("records"):
+            if pd.notna(rec["step_cost_ratio"]):
+                sources.append({"source": f"paper {rec['name']}", "design": rec["design"], "baseline": None,
+                                "method": None, "step_cost_ratio": float(rec["step_cost_ratio"])})
+    for path in cost_files:
+        data = read_cost_file(path)
+        sources.append({"source": f"{data['hardware']} ({Path(path).name})", "design": None,
+                        "costs": data["s_per_step"]})
+    return sources
+
+
+PROJECTION_COLUMNS = ["setting", "design", "baseline", "method", "target_rule", "measured_on", "projected_onto",
+                      "step_efficiency", "step_efficiency_ci_low", "step_efficiency_ci_high", "step_cost_ratio",
+                      "projected_speedup", "projected_ci_low", "projected_ci_high", "kind"]
+
+
+def projection_table(ours: pd.DataFrame, sources: Sequence[Mapping],
+                     rules: Sequence[tuple[str, str]] = (("paper", "0.99"), ("isotonic", "0.99"))) -> pd.DataFrame:
+    """Our step efficiency / another machine's step-cost ratio: the speedup our task would show
+    there. A paper setting projects the comparisons of its design; a cost file every comparison
+    whose two methods it timed. Every row says `kind: projection`."""
+    rows = []
+    for rec in ours.to_dict("records"):
+        if (rec["target_rule"], str(rec["target"])) not in rules or pd.isna(rec.get("step_efficiency_ci_low")):
+            continue
+        for src in sources:
+            if "costs" in src:
+                if rec["baseline"] not in src["costs"] or rec["method"] not in src["costs"]:
+                    continue
+                ratio = src["costs"][rec["method"]] / src["costs"][rec["baseline"]]
+            elif src["design"] == rec["design"]:
+                ratio = src["step_cost_ratio"]
+            else:
+                continue
+            efficiency = rec["step_efficiency"]
+            rows.append({
+                "setting": _setting(rec), "design": rec["design"], "baseline": rec["baseline"], "method": rec["method"],
+                "target_rule": rec["target_rule"], "measured_on": rec["hardware"], "projected_onto": src["source"],
+                "step_efficiency": efficiency, "step_efficiency_ci_low": rec["step_efficiency_ci_low"],
+                "step_efficiency_ci_high": rec["step_efficiency_ci_high"], "step_cost_ratio": ratio,
+                "projected_speedup": efficiency / ratio if pd.notna(efficiency) else None,
+                "projected_ci_low": rec["step_efficiency_ci_low"] / ratio,
+                "projected_ci_high": rec["step_efficiency_ci_high"] / ratio, "kind": "projection",
+            })
+    return pd.DataFrame.from_records(rows, columns=PROJECTION_COLUMNS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -522,24 +868,58 @@ def write_csv(df: pd.DataFrame, path: str | os.PathLike) -> None:
 def _cmd_analyze(args: argparse.Namespace) -> int:
     study = load_study(args.study)
     tables = load_runs(args.runs)
-    table = summarize(study, tables.evals, tables.steps, tables.summaries,
-                      thresholds=args.thresholds, n_boot=args.n_boot, seed=args.seed)
+    table = summarize(study, tables.evals, tables.steps, tables.summaries, n_boot=args.n_boot, seed=args.seed)
     out = Path(args.out)
     write_csv(table, out)
-    # the comparison's name tells apart rows over the same runs (an ablation and the main study)
-    name = ["name"] if "name" in table.columns else []
-    write_atomic(out.with_suffix(".md"), to_markdown(table, name + SUMMARY_MD_COLUMNS))
-    print(to_markdown(table, name + ["benchmark", "hardware", "baseline", "method", "rule", "t_baseline_s",
-                                     "t_method_s", "speedup"]), end="")
+    write_atomic(out.with_suffix(".md"), summary_markdown(table))
+    print(to_markdown(verdict_table(table)), end="")
     return 0
+
+
+def project(summary: str | os.PathLike, paper: str | os.PathLike | None, costs: Sequence[str | os.PathLike],
+            out_dir: str | os.PathLike, figures_dir: str | os.PathLike | None) -> list[Path]:
+    """decomposition.csv/.md and projection.csv/.md (+ their figures) from summary tables."""
+    ours = read_summary(summary)
+    theirs = read_summary(paper) if paper is not None else None
+    out_dir = Path(out_dir)
+    decomposition = decomposition_table(ours, theirs)
+    projection = projection_table(ours, cost_sources(theirs, costs))
+    written = []
+    for name, table, heading in (
+            ("decomposition", decomposition, "speedup = step efficiency / step-cost ratio, ours and the paper's"),
+            ("projection", projection, "PROJECTIONS, not measurements: our step efficiency / another machine's "
+                                       "step-cost ratio")):
+        write_csv(table, out_dir / f"{name}.csv")
+        write_atomic(out_dir / f"{name}.md", f"## {heading} (docs/verdict.md)\n\n" + to_markdown(table))
+        written += [out_dir / f"{name}.csv", out_dir / f"{name}.md"]
+    if figures_dir is not None:
+        from pods import plots
+
+        written += plots.decomposition_figure(decomposition, Path(figures_dir) / "decomposition")
+        written += plots.projection_figure(decomposition, projection, Path(figures_dir) / "projection")
+    return written
+
+
+def _cmd_project(args: argparse.Namespace) -> int:
+    written = project(args.summary, args.paper, args.costs, args.out, args.figures)
+    print(Path(args.out, "projection.md").read_text(), end="")
+    print(f"wrote {', '.join(str(p) for p in written)}")
+    return 0
+
+
+def add_project_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--summary", required=True, help="our summary.csv (pods analyze)")
+    p.add_argument("--paper", default=None, help="the summary.csv of the authors' settings (pods paper figures)")
+    p.add_argument("--costs", nargs="*", default=[], help="phase-cost files of benchmarks/step_time.py --out")
+    p.add_argument("--out", required=True, help="folder for decomposition.csv/.md and projection.csv/.md")
+    p.add_argument("--figures", default=None, help="folder for decomposition.png/.pdf and projection.png/.pdf")
+    p.set_defaults(func=_cmd_project)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", required=True, help="results folder holding runs/ (or runs/ itself)")
     p.add_argument("--study", required=True, help="YAML list of comparisons (see pods.analysis)")
     p.add_argument("--out", default="results/summary.csv", help="CSV path; the .md goes beside it")
-    p.add_argument("--thresholds", type=float, nargs="+", default=[0.99, 1.0],
-                   help="target = threshold x the baseline's peak mean accuracy")
-    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap replicates for the CI")
+    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples for the intervals")
     p.add_argument("--seed", type=int, default=0, help="bootstrap RNG seed")
     p.set_defaults(func=_cmd_analyze)

@@ -1,6 +1,7 @@
 """`pods <command> ...`: one entry point, each command implemented next to the code it drives.
 
-Every module listed in COMMANDS exposes `add_arguments(parser)`, which adds the command's options
+Every module listed in COMMANDS exposes `add_arguments(parser)` (or the function named after a
+colon), which adds the command's options
 (and sub-commands) to its parser and sets `func(args) -> int`. Only the chosen command's module
 is imported: the trainer pulls in torch and transformers (seconds of CPU), which `pods --help`,
 `pods analyze` and `pods plot` never need.
@@ -18,6 +19,8 @@ COMMANDS = {
     "train": ("pods.trainer", "train one GRPO / GRPO-PODS run (resumes from its checkpoint when restarted)"),
     "warmstart": ("pods.warmstart", "supervised warm start of the tiny policy (the embedded base model)"),
     "analyze": ("pods.analysis", "speedup table of a study over run directories"),
+    "project": ("pods.analysis:add_project_arguments",
+                "speedup = step efficiency / step cost beside the paper's, and projections onto other hardware"),
     "plot": ("pods.plots", "figures from run metrics (PNG + PDF)"),
     "paper": ("pods.paper", "the paper's figures from the authors' released results"),
 }
@@ -30,7 +33,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for name, (module, help_line) in COMMANDS.items():
         command_parser = sub.add_parser(name, help=help_line, description=help_line)
         if name == command:
-            importlib.import_module(module).add_arguments(command_parser)
+            module, _, function = module.partition(":")
+            getattr(importlib.import_module(module), function or "add_arguments")(command_parser)
     return parser
 
 

@@ -108,13 +108,16 @@ class Cluster:
     hardware: str
     prefix: str
     model: str
+    eval_log_calls: int    # wandb log calls per evaluation (PAPER.md 4.1), for inferred_optimizer_steps
     horizon_s: int = 1800  # the authors plot and measure 0-30 min
     grid_s: int = 120
 
 
 CLUSTERS = {
-    "h100s": Cluster("h100x8-zero2", "GRPO", "Qwen/Qwen2.5-3B-Instruct"),
-    "a100s": Cluster("a100x8-zero2", "GR7B", "7B instruct model (likely Qwen/Qwen2.5-7B-Instruct)"),
+    # 5: every H100 evaluation of the release fits exactly; 45: PAPER.md 4.1's reading of the A100
+    # export, which the local copy of the release lacks (a mismatch stops the import)
+    "h100s": Cluster("h100x8-zero2", "GRPO", "Qwen/Qwen2.5-3B-Instruct", eval_log_calls=5),
+    "a100s": Cluster("a100x8-zero2", "GR7B", "7B instruct model (likely Qwen/Qwen2.5-7B-Instruct)", eval_log_calls=45),
 }
 
 # release file prefix -> (family, rule suffix, n, m, beta suffix): every single-GPU setting released
@@ -335,6 +338,25 @@ def read_wandb_export(path: Path) -> dict[tuple, pd.DataFrame]:
     return {key: pd.DataFrame({"time": times, **cols}) for key, cols in runs.items()}
 
 
+def inferred_optimizer_steps(wandb_steps: Sequence[int], grad_accum: int, eval_log_calls: int) -> list[int]:
+    """Optimiser steps at each evaluation of an 8-GPU export, from wandb's `_step` counter.
+
+    In the authors' TRL fork every micro-step and reward function logs to wandb, so `_step`
+    advances 3 x GA + 5 per optimiser step and `eval_log_calls` per evaluation, 2 fewer at the
+    first (PAPER.md 4.1). On the released H100 runs (5 calls) this gives whole numbers at every
+    evaluation but the last of two runs (2 counts off: the end-of-training logs), hence the
+    rounding; counts that fit no whole number of steps stop the import.
+    """
+    per_step = 3 * grad_accum + 5
+    exact = [(s - (eval_log_calls * i - 2)) / per_step for i, s in enumerate(wandb_steps, 1)]
+    steps = [round(x) for x in exact]
+    misfit = [i for i, x in enumerate(exact[:-1], 1) if abs(x - round(x)) > 1e-9]
+    if misfit or steps[0] < 1 or any(b <= a for a, b in zip(steps, steps[1:])):
+        raise ValueError(f"wandb _step {list(wandb_steps)[:6]}... does not fit {per_step} log calls per optimiser "
+                         f"step and {eval_log_calls} per evaluation (GA {grad_accum}; PAPER.md 4.1)")
+    return steps
+
+
 ACC_METRIC = "eval/rewards/accuracy_reward/mean"
 LEN_METRIC = "eval/completions/mean_length"
 
@@ -362,32 +384,38 @@ def import_cluster(src: Path, name: str, cluster: Cluster, out: Path) -> tuple[l
         merged = a.merge(b, on="time", how="outer", suffixes=("", "_len")).sort_values("time")
         merged["_step"] = merged["_step"].fillna(merged["_step_len"])
         method = method_name("identity" if n == m else "max_variance", n, m)
+        try:
+            optimizer_steps = inferred_optimizer_steps(merged["_step"].astype(int).tolist(), ga, cluster.eval_log_calls)
+        except ValueError as exc:
+            raise ValueError(f"{src / f'{name}-acc.csv'}: run {prefix}-s{seed}: {exc}") from None
         records = [{
-            "step": int(r["_step"]), "train_time_s": float(r["time"]), "wall_time_s": None,
+            "step": step, "train_time_s": float(r["time"]), "wall_time_s": None,
             "eval_set": "gsm8k",
             "accuracy": None if math.isnan(r[ACC_METRIC]) else float(r[ACC_METRIC]),
             "mean_length": None if math.isnan(r[LEN_METRIC]) else float(r[LEN_METRIC]),
             "n_items": N_ITEMS["gsm8k"], "repeats": 1, "metric": "accuracy_reward",
             "wandb_step": int(r["_step"]),
-        } for r in merged.to_dict("records")]
+        } for step, r in zip(optimizer_steps, merged.to_dict("records"))]
         times = merged["time"].to_numpy(float)
-        step_30 = int(merged["_step"].to_numpy()[np.abs(times - cluster.horizon_s).argmin()])
+        at_30 = int(np.abs(times - cluster.horizon_s).argmin())
+        step_30 = int(merged["_step"].to_numpy()[at_30])
         parsed = parse_method(method)
         identity = {"benchmark": "gsm8k", "hardware": cluster.hardware, "method": method, "rule": parsed.rule,
                     "n": n, "m": m, "seed": seed, "grad_accum": ga}
         summary = runfiles.build_summary(
             identity, records, [], status="complete", eval_set="gsm8k", steps=None,
             train_time_s=float(times.max()), wall_time_s=None,
-            s_per_step=cluster.horizon_s * ga / step_30, wandb_step_at_horizon=step_30,
-            s_per_step_source="authors' bar-chart formula 1800 x GA / wandb _step at 30 min; "
-                              "_step counts log calls, not optimiser steps (PAPER.md 4.1)",
+            s_per_step=float(times[at_30]) / optimizer_steps[at_30], steps_at_horizon=optimizer_steps[at_30],
+            s_per_step_source="training time / optimiser steps at the evaluation nearest 30 min, the steps "
+                              "inferred from wandb _step (inferred_optimizer_steps, PAPER.md 4.1)",
+            s_per_step_authors=cluster.horizon_s * ga / step_30, wandb_step_at_horizon=step_30,
             phase_s_per_step={}, base_evaluation=False,  # the exports start at the first logged evaluation
             source=f"{RELEASE_REPO}@{RELEASE_COMMIT[:7]}:results/{name}-{{acc,length}}.csv "
                    f"run {prefix}-s{seed}-p8-n{n}-m{m}-ga{ga}",
         )
         config = {"source": summary["source"], "model": cluster.model, "benchmark": "gsm8k",
                   "eval_set": "gsm8k", "metric": ACC_METRIC, "rule": parsed.rule, "n": n, "m": m,
-                  "grad_accum": ga, "gpus": 8, "step_unit": "wandb _step"}
+                  "grad_accum": ga, "gpus": 8, "step_unit": "optimiser step inferred from wandb _step"}
         run_dir = out / "runs" / "gsm8k" / cluster.hardware / method / f"seed{seed}"
         _write_run(run_dir, records, summary, config)
         run_dirs.append(run_dir)
@@ -501,11 +529,15 @@ ABLATION_TIMES_H = (0.5, 2, 4, 6)
 UNIT_S = {"h": 3600.0, "min": 60.0}
 
 
-def figure_outputs(out_dir: str | os.PathLike, names: Iterable[str] | None = None) -> list[Path]:
+TABLES = ("summary.csv", "summary.md", "speedups.csv", "ablations.csv", "curves.csv")
+
+
+def figure_outputs(out_dir: str | os.PathLike, names: Iterable[str] | None = None,
+                   tables_dir: str | os.PathLike | None = None) -> list[Path]:
     """The files `build_paper_outputs` writes for the given figures (all by default)."""
     out_dir = Path(out_dir)
     names = list(PAPER_FIGURES if names is None else names)
-    files = [out_dir / "speedups.csv", out_dir / "ablations.csv", out_dir / "curves.csv"]
+    files = [Path(tables_dir or out_dir) / name for name in TABLES]
     for name in names:
         for stem in (name, f"{name}_length"):
             files += [out_dir / f"{stem}.png", out_dir / f"{stem}.pdf"]
@@ -577,27 +609,56 @@ def _label(method: str, fig: PaperFigure, summaries: pd.DataFrame) -> str:
     return label
 
 
-def speedup_table(evals: pd.DataFrame, thresholds: Sequence[float] = (0.99, 1.0)) -> pd.DataFrame:
-    """speedups.csv: time to the target for GRPO and PODS in every setting and target rule."""
+def paper_study(evals: pd.DataFrame) -> list[dict]:
+    """The comparisons behind the paper's headline speedups, as a study of `pods.analysis`
+    (each with the figure's eval set and checkpoint grid), for the settings whose runs are there."""
+    study = []
+    for setting, fig_name in SPEEDUP_SETTINGS.items():
+        fig = PAPER_FIGURES[fig_name]
+        if figure_curves(evals, fig) is None:
+            continue
+        study.append({"name": setting, "benchmark": fig.benchmark, "hardware": fig.hardware, "design": fig.design,
+                      "baseline": fig.methods[0], "method": fig.methods[1], "eval_set": fig.eval_set,
+                      "grid_s": fig.grid_s, "t_max_s": fig.horizon_s})
+    return study
+
+
+def paper_summary(evals: pd.DataFrame, summaries: pd.DataFrame, n_boot: int = 2000) -> pd.DataFrame:
+    """Our summary table (every rule, verdict and decomposition of docs/verdict.md) on the
+    authors' settings; their single-GPU s/step is horizon / global step, the 8-GPU one comes
+    from the inferred optimiser steps."""
+    study = paper_study(evals)
+    if not study:
+        return pd.DataFrame(columns=analysis.SUMMARY_COLUMNS)
+    return analysis.summarize(study, evals, None, summaries, n_boot=n_boot)
+
+
+SPEEDUP_COLUMNS = ["setting", "target_rule", "target", "target_accuracy", "t_grpo", "t_pods", "speedup",
+                   "ci_low", "ci_high", "verdict", "unit", "status"]
+
+
+def speedup_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """speedups.csv: time to the target for GRPO and PODS per setting and time rule, in the
+    figure's unit and in % accuracy; settings without runs are listed as missing."""
     rows = []
     for setting, fig_name in SPEEDUP_SETTINGS.items():
         fig = PAPER_FIGURES[fig_name]
-        curves = figure_curves(evals, fig)
-        for threshold in thresholds:
-            row = {"setting": setting, "rule": f"{threshold:.2f}", "threshold": None, "t_grpo": None,
-                   "t_pods": None, "speedup": None, "unit": fig.time_unit}
-            if curves is None:
+        scale = UNIT_S[fig.time_unit]
+        mine = summary[summary["name"] == setting] if "name" in summary else summary.iloc[0:0]
+        for rule, fraction in analysis.TIME_TARGETS:
+            row = {"setting": setting, "target_rule": rule, "target": f"{fraction:.2f}", "unit": fig.time_unit}
+            hit = mine[(mine["target_rule"] == rule) & (mine["target"] == f"{fraction:.2f}")]
+            if hit.empty:
                 row["status"] = f"missing: {fig.source}"
             else:
-                tt = analysis.time_to_target(curves[fig.methods[0]], curves[fig.methods[1]], threshold)
-                scale = UNIT_S[fig.time_unit]
-                row.update(threshold=100 * tt.target,
-                           t_grpo=None if tt.t_baseline is None else tt.t_baseline / scale,
-                           t_pods=None if tt.t_method is None else tt.t_method / scale,
-                           speedup=tt.speedup, status="ok" if tt.speedup is not None else "not reached")
+                r = hit.iloc[0]
+                row.update(target_accuracy=100 * r["target_accuracy"],
+                           t_grpo=None if pd.isna(r["t_baseline_s"]) else r["t_baseline_s"] / scale,
+                           t_pods=None if pd.isna(r["t_method_s"]) else r["t_method_s"] / scale,
+                           speedup=r["speedup"], ci_low=r["ci_low"], ci_high=r["ci_high"], verdict=r["verdict"],
+                           status="ok" if pd.notna(r["speedup"]) else "not reached")
             rows.append(row)
-    return pd.DataFrame.from_records(rows, columns=["setting", "rule", "threshold", "t_grpo", "t_pods",
-                                                    "speedup", "unit", "status"])
+    return pd.DataFrame.from_records(rows, columns=SPEEDUP_COLUMNS)
 
 
 def ablation_table(evals: pd.DataFrame, summaries: pd.DataFrame) -> pd.DataFrame:
@@ -624,7 +685,7 @@ def ablation_table(evals: pd.DataFrame, summaries: pd.DataFrame) -> pd.DataFrame
                 at = curve.loc[np.isclose(curve["t"], hours * 3600), "mean"]
                 row[f"acc_{hours:g}h"] = 100 * float(at.iloc[0]) if len(at) else None
             row.update(peak=100 * float(curve.loc[later, "mean"].max()), s_per_step=bars.get(method),
-                       steps=float(runs["steps"].mean()) if len(runs) else None, target=100 * tt.target,
+                       steps=float(runs["steps"].mean()) if len(runs) else None, target_accuracy=100 * tt.target,
                        t_to_target_h=None if tt.t_method is None else tt.t_method / 3600,
                        status="ok" if tt.t_method is not None else "not reached")
             rows.append(row)
@@ -632,8 +693,9 @@ def ablation_table(evals: pd.DataFrame, summaries: pd.DataFrame) -> pd.DataFrame
 
 
 def build_paper_outputs(runs_root: str | os.PathLike, out_dir: str | os.PathLike,
-                        names: Iterable[str] | None = None) -> dict:
-    """Write the figures (PNG + PDF), speedups.csv, ablations.csv and curves.csv into out_dir.
+                        names: Iterable[str] | None = None, tables_dir: str | os.PathLike | None = None) -> dict:
+    """Write the figures (PNG + PDF) into out_dir and the tables (TABLES: our summary of the
+    authors' settings, speedups.csv, ablations.csv, curves.csv) into tables_dir (default out_dir).
 
     `names` are the figures to draw (all whose runs were imported by default); a requested figure
     whose runs are absent is an error, an unrequested one is reported missing in the tables.
@@ -672,16 +734,20 @@ def build_paper_outputs(runs_root: str | os.PathLike, out_dir: str | os.PathLike
                            xlabel=fig.xlabel, ylabel="Average\nCompletion Length", time_scale=scale,
                            percent=False, xlim=(0, fig.horizon_s / scale), colors=colors)
         drawn.append(name)
-    speedups = speedup_table(evals)
+    summary = paper_summary(evals, summaries)
+    speedups = speedup_table(summary)
     ablations = ablation_table(evals, summaries)
-    analysis.write_csv(speedups, out_dir / "speedups.csv")
-    analysis.write_csv(ablations, out_dir / "ablations.csv")
+    tables = Path(tables_dir or out_dir)
+    analysis.write_csv(summary, tables / "summary.csv")
+    analysis.write_atomic(tables / "summary.md", analysis.summary_markdown(summary) if len(summary) else "")
+    analysis.write_csv(speedups, tables / "speedups.csv")
+    analysis.write_csv(ablations, tables / "ablations.csv")
     curves_table = pd.concat(curve_rows, ignore_index=True) if curve_rows else pd.DataFrame()
     front = ["figure", "method", "value"]
     if not curves_table.empty:
         curves_table = curves_table[front + [c for c in curves_table.columns if c not in front]]
-    analysis.write_csv(curves_table, out_dir / "curves.csv")
-    return {"figures": drawn, "missing": missing, "speedups": speedups, "ablations": ablations}
+    analysis.write_csv(curves_table, tables / "curves.csv")
+    return {"figures": drawn, "missing": missing, "speedups": speedups, "ablations": ablations, "summary": summary}
 
 
 # --------------------------------------------------------------------------------------------
@@ -716,7 +782,7 @@ def _cmd_import(args) -> int:
 
 
 def _cmd_figures(args) -> int:
-    result = build_paper_outputs(args.runs, args.out, names=args.figures)
+    result = build_paper_outputs(args.runs, args.out, names=args.figures, tables_dir=args.tables)
     print(f"figures: {', '.join(result['figures'])}")
     if result["missing"]:
         print(f"missing (runs not imported): {', '.join(result['missing'])}")
@@ -742,6 +808,7 @@ def add_arguments(p) -> None:
     f = sub.add_parser("figures", help="figures + speedups.csv + ablations.csv from imported runs")
     f.add_argument("--runs", required=True, help="the --out of `pods paper import`")
     f.add_argument("--out", default="figures/paper")
+    f.add_argument("--tables", default=None, help="folder of the CSV/markdown tables (default: --out)")
     f.add_argument("--figures", nargs="+", default=None, choices=sorted(PAPER_FIGURES),
                    help="figures to draw (default: every one whose runs were imported)")
     f.set_defaults(func=_cmd_figures)

@@ -14,6 +14,7 @@ shows is in `study_methods`); `pods plot all --runs DIR --out FOLDER` draws, for
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import tempfile
 from collections import defaultdict
@@ -80,6 +81,34 @@ def curve_panel(ax, curves: Mapping[str, pd.DataFrame], time_scale: float = 3600
     ax.legend(loc="best")
 
 
+# how each time rule's target line and crossings are drawn
+TARGET_STYLES = {"paper": ("--", "v"), "isotonic": (":", "D")}
+
+
+def target_panel(ax, marks: Sequence[Mapping], time_scale: float, percent: bool,
+                 colors: Mapping[str, str] | None = None) -> None:
+    """Each time rule's target line and each arm's crossing, labelled with the seconds exactly as
+    summary.md prints them; the isotonic rule's monotone fits as thin lines."""
+    factor = 100.0 if percent else 1.0
+    for mark in marks:
+        linestyle, marker = TARGET_STYLES[mark["rule"]]
+        y = mark["target"] * factor
+        ax.axhline(y, color="#555555", linestyle=linestyle, linewidth=1,
+                   label=f"target, {mark['rule']} rule: {analysis._fmt(mark['target'])}")
+        for i, (label, t) in enumerate(mark["crossings"].items()):
+            color = soften((colors or {}).get(label, PALETTE[i % len(PALETTE)]))
+            fit = mark.get("fits", {}).get(label)
+            if fit is not None:
+                ax.plot(fit[0] / time_scale, fit[1] * factor, color=color, linestyle=linestyle, linewidth=1.2)
+            if t is None or not math.isfinite(t):
+                continue
+            ax.plot([t / time_scale], [y], marker=marker, color=color, markeredgecolor="black", markersize=9,
+                    linestyle="none")
+            ax.annotate(f"{analysis._fmt(t)} s", (t / time_scale, y), textcoords="offset points",
+                        xytext=(4, 6 if mark["rule"] == "paper" else -14), fontsize=9)
+    ax.legend(loc="best", fontsize=9)
+
+
 def bar_panel(ax, values: Mapping[str, float], xlabel: str, colors: Mapping[str, str] | None = None) -> None:
     """Horizontal bars, first label on top, so long legend-style labels stay readable."""
     labels = list(values)
@@ -96,8 +125,9 @@ def curve_figure(curves: Mapping[str, pd.DataFrame], stem: str | os.PathLike, xl
                  time_scale: float = 3600.0, percent: bool = True, bars: Mapping[str, float] | None = None,
                  bar_label: str = "Seconds per Training Step", xlim: tuple[float, float] | None = None,
                  clip: tuple[float, float] | None = None, colors: Mapping[str, str] | None = None,
-                 title: str | None = None) -> list[Path]:
-    """Curves over training time, with a bar panel on the right when `bars` is given."""
+                 title: str | None = None, marks: Sequence[Mapping] = ()) -> list[Path]:
+    """Curves over training time, with a bar panel on the right when `bars` is given and the
+    target lines and crossings of `marks` (see `target_panel`)."""
     if not curves:
         raise ValueError(f"no curves to plot for {stem}")
     with plt.rc_context(STYLE):
@@ -108,6 +138,8 @@ def curve_figure(curves: Mapping[str, pd.DataFrame], stem: str | os.PathLike, xl
         else:
             fig, ax = plt.subplots(figsize=(11, 4.5), constrained_layout=True)
         curve_panel(ax, curves, time_scale, percent, colors, clip)
+        if marks:
+            target_panel(ax, marks, time_scale, percent, colors)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         if xlim is not None:
@@ -258,10 +290,38 @@ def _declared_seeds(table: pd.DataFrame, methods: Mapping[str, set | None]) -> p
     return table[keep]
 
 
+def target_marks(summary: pd.DataFrame | None, study: Sequence[Mapping], benchmark: str, hardware: str,
+                 design: str | None, grid: np.ndarray, curves: Mapping[str, pd.DataFrame]) -> list[dict]:
+    """The 0.99 time rules of the figure's single `main` comparison, read from summary.csv (so the
+    figure and the table agree to the digit); nothing when the figure shows several comparisons."""
+    comps = [c for c in study if c["benchmark"] == benchmark and c["hardware"] == hardware
+             and c.get("name", "main") == "main" and (design is None or c["design"] == design)]
+    if summary is None or len(comps) != 1:
+        return []
+    comp = comps[0]
+    rows = summary[(summary["benchmark"] == benchmark) & (summary["hardware"] == hardware)
+                   & (summary["design"] == comp["design"]) & (summary["baseline"] == comp["baseline"])
+                   & (summary["method"] == comp["method"]) & (summary["target"].astype(str) == "0.99")]
+    labels = {m: parse_method(m).label for m in (comp["baseline"], comp["method"])}
+    marks = []
+    for rec in rows.to_dict("records"):
+        if rec["target_rule"] not in TARGET_STYLES or pd.isna(rec["target_accuracy"]):
+            continue
+        times = {labels[comp["baseline"]]: rec["t_baseline_s"], labels[comp["method"]]: rec["t_method_s"]}
+        mark = {"rule": rec["target_rule"], "target": float(rec["target_accuracy"]),
+                "crossings": {k: None if pd.isna(v) else float(v) for k, v in times.items()}}
+        if rec["target_rule"] == "isotonic":
+            mark["fits"] = {label: (grid, analysis.isotonic_fit(curves[label]["mean"].to_numpy(float)))
+                            for label in times}
+        marks.append(mark)
+    return marks
+
+
 def plot_study_figure(kind: str, runs_root: str | os.PathLike, study: Sequence[Mapping], benchmark: str,
                       hardware: str, stem: str | os.PathLike, design: str | None = None,
-                      how: str = "nearest") -> list[Path]:
-    """One figure of a study (the Snakemake `plot` rule): `<stem>.png` and `<stem>.pdf`."""
+                      how: str = "nearest", summary: pd.DataFrame | None = None) -> list[Path]:
+    """One figure of a study (the Snakemake `plot` rule): `<stem>.png` and `<stem>.pdf`. The
+    accuracy figure of one comparison marks its targets and crossings from `summary`."""
     methods = study_methods(study, kind, benchmark, hardware, design)
     evals, steps, _ = analysis.load_runs(runs_root)
     title = f"{benchmark} on {hardware}" + (f", {design.replace('_', ' ')}" if design else "")
@@ -274,14 +334,122 @@ def plot_study_figure(kind: str, runs_root: str | os.PathLike, study: Sequence[M
                                 stem, title=title)
     evals = _declared_seeds(evals[(evals["benchmark"] == benchmark) & (evals["hardware"] == hardware)], methods)
     arms = {m: analysis.select_eval_set(evals[evals["method"] == m], benchmark) for m in methods}
-    grid = analysis.default_grid(pd.concat(arms.values()))
+    comps = [c for c in study if c["benchmark"] == benchmark and c["hardware"] == hardware
+             and c.get("name", "main") == "main" and (design is None or c["design"] == design)]
+    if kind == "accuracy" and len(comps) == 1:  # the comparison's own grid, as its summary row used
+        grid = analysis.comparison_grid(comps[0], arms[comps[0]["baseline"]], arms[comps[0]["method"]])
+    else:
+        grid = analysis.default_grid(pd.concat(arms.values()))
     scale, unit = _time_unit(grid)
     value = "mean_length" if kind == "length" else "accuracy"
     curves = {parse_method(m).label: analysis.mean_curve(arm, grid, how=how, value=value) for m, arm in arms.items()}
+    marks = target_marks(summary, study, benchmark, hardware, design, grid, curves) if kind == "accuracy" else []
     return curve_figure(curves, stem, f"Training Time on {hardware} ({unit})",
                         "Average Completion Length" if kind == "length" else "Test Accuracy (%)",
                         scale, percent=kind != "length", colors=colors, title=title,
-                        clip=None if kind == "length" else (0, 100))
+                        clip=None if kind == "length" else (0, 100), marks=marks)
+
+
+# --------------------------------------------------------------------------------------------
+# Ours beside the paper's: where the speedup comes from, and what it would be elsewhere
+# --------------------------------------------------------------------------------------------
+DESIGN_COLORS = {"equal_update": "#1166CC", "equal_generation": "#BB0011"}
+PAPER_CLAIM = 1.7
+
+
+def _errors(table: pd.DataFrame, column: str) -> np.ndarray:
+    value = table[column].astype(float).to_numpy()
+    lo = table[f"{column}_ci_low"].astype(float).to_numpy()
+    hi = table[f"{column}_ci_high"].astype(float).to_numpy()
+    return np.vstack([np.clip(value - lo, 0, None), np.clip(hi - value, 0, None)])
+
+
+def _log_axes(ax) -> None:
+    """Log-log axes with plain numbers (0.5, 1, 2) rather than powers of ten."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(NullFormatter())
+
+
+def _speedup_lines(ax, x_range: tuple[float, float], slope_of_speedup: bool) -> None:
+    xs = np.geomspace(*x_range, 50)
+    for speedup, style, label in ((1.0, "-", "break-even (speedup 1)"), (PAPER_CLAIM, "--", "the paper's claim (1.7x)")):
+        ys = speedup * xs if slope_of_speedup else np.full_like(xs, speedup)
+        ax.plot(xs, ys, color="#555555", linestyle=style, linewidth=1, label=label)
+
+
+def decomposition_figure(table: pd.DataFrame, stem: str | os.PathLike, rule: str = "isotonic") -> list[Path]:
+    """Step-efficiency ratio against step-cost ratio, ours (circles) and the paper's (squares):
+    speedup = efficiency / cost, so the straight lines are speedups 1 and 1.7; above them is faster."""
+    rows = table[(table["target_rule"] == rule) & table["step_efficiency"].notna()]
+    if rows.empty:
+        raise ValueError(f"no {rule} rows with a step efficiency to draw in {stem}")
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(9, 6.5), constrained_layout=True)
+        for (source, design), part in rows.groupby(["source", "design"], sort=False):
+            ax.errorbar(part["step_cost_ratio"], part["step_efficiency"], xerr=_errors(part, "step_cost_ratio"),
+                        yerr=_errors(part, "step_efficiency"), fmt="o" if source == "ours" else "s",
+                        color=soften(DESIGN_COLORS.get(design, "#777777")), capsize=3, markersize=8,
+                        label=f"{'our runs' if source == 'ours' else 'the paper'}, {design}")
+            for rec in part.to_dict("records"):
+                ax.annotate(rec["setting"], (rec["step_cost_ratio"], rec["step_efficiency"]), textcoords="offset points",
+                            xytext=(6, 4), fontsize=9)
+        _log_axes(ax)
+        lo = min(rows["step_cost_ratio_ci_low"].min(), rows["step_efficiency_ci_low"].min()) * 0.8
+        hi = max(rows["step_cost_ratio_ci_high"].max(), rows["step_efficiency_ci_high"].max()) * 1.25
+        _speedup_lines(ax, (lo, hi), slope_of_speedup=True)
+        ax.set_xlabel("Step-cost ratio (PODS s/step / baseline s/step)")
+        ax.set_ylabel("Step-efficiency ratio\n(baseline steps / PODS steps to the target)")
+        ax.set_title(f"speedup = step efficiency / step cost ({rule} rule, 95% intervals)")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(loc="best", fontsize=9)
+        return save_figure(fig, stem)
+
+
+def projection_figure(decomposition: pd.DataFrame, projection: pd.DataFrame, stem: str | os.PathLike,
+                      rule: str = "isotonic") -> list[Path]:
+    """Speedup against step-cost ratio: our measured points and the paper's (filled), and our step
+    efficiency carried to other machines' cost ratios (hollow, dotted: projections, not measurements)."""
+    measured = decomposition[(decomposition["target_rule"] == rule) & decomposition["speedup"].notna()]
+    projected = projection[projection["target_rule"] == rule]
+    if measured.empty and projected.empty:
+        raise ValueError(f"nothing to draw in {stem}")
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(9, 6.5), constrained_layout=True)
+        for (source, design), part in measured.groupby(["source", "design"], sort=False):
+            ax.errorbar(part["step_cost_ratio"], part["speedup"], yerr=np.vstack([
+                np.clip(part["speedup"] - part["ci_low"], 0, None), np.clip(part["ci_high"] - part["speedup"], 0, None)]),
+                fmt="o" if source == "ours" else "s", color=soften(DESIGN_COLORS.get(design, "#777777")), capsize=3,
+                markersize=8, label=f"measured: {'our runs' if source == 'ours' else 'the paper'}, {design}")
+            for rec in part.to_dict("records"):
+                ax.annotate(rec["setting"], (rec["step_cost_ratio"], rec["speedup"]), textcoords="offset points",
+                            xytext=(6, 4), fontsize=9)
+        xs_all = pd.concat([measured["step_cost_ratio"], projected["step_cost_ratio"]]).astype(float)
+        x_range = (xs_all.min() * 0.7, xs_all.max() * 1.4)
+        xs = np.geomspace(*x_range, 50)
+        for (setting, design), part in projected.groupby(["setting", "design"], sort=False):
+            color = soften(DESIGN_COLORS.get(design, "#777777"))
+            rec = part.iloc[0]
+            ax.plot(xs, rec["step_efficiency"] / xs, color=color, linestyle=":", linewidth=1.2)
+            ax.fill_between(xs, rec["step_efficiency_ci_low"] / xs, rec["step_efficiency_ci_high"] / xs, color=color,
+                            alpha=0.08, linewidth=0)
+            ax.errorbar(part["step_cost_ratio"], part["projected_speedup"], yerr=np.vstack([
+                np.clip(part["projected_speedup"] - part["projected_ci_low"], 0, None),
+                np.clip(part["projected_ci_high"] - part["projected_speedup"], 0, None)]),
+                fmt="o", mfc="white", color=color, capsize=3, markersize=8, label=f"projection: {setting} onto {', '.join(part['projected_onto'])}")
+        _log_axes(ax)
+        _speedup_lines(ax, x_range, slope_of_speedup=False)
+        ax.set_xlabel("Step-cost ratio (PODS s/step / baseline s/step)")
+        ax.set_ylabel("Speedup to the target")
+        ax.set_title(f"Measured and projected speedups ({rule} rule); hollow = projection")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(loc="best", fontsize=8)
+        return save_figure(fig, stem)
 
 
 PLOT_KINDS = ("accuracy", "n_scaling", "m_scaling", "rule", "length", "step_time")

@@ -239,6 +239,27 @@ def resume_or_start(cfg: TrainConfig, run_dir: Path, updater) -> tuple[Progress,
     return progress, state["rng"]
 
 
+def provenance(cfg: TrainConfig) -> dict:
+    """What the run starts from: a fingerprint of the base model's weights, its warm-start record
+    (recipe and measured accuracy) when it has one, and the versions of the code that trains it."""
+    import hashlib
+
+    import transformers
+
+    import pods
+
+    base = cfg.model_path()
+    digest = hashlib.sha256()
+    for path in sorted([*base.glob("*.safetensors"), *base.glob("*.bin")]):
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 24), b""):
+                digest.update(chunk)
+    warm = base / "warmstart.json"
+    return {"base_model": str(base), "base_model_sha256": digest.hexdigest(),
+            "warmstart": json.loads(warm.read_text()) if warm.is_file() else None,
+            "pods": pods.__version__, "torch": torch.__version__, "transformers": transformers.__version__}
+
+
 def run_identity(cfg: TrainConfig) -> dict:
     return {"benchmark": cfg.benchmark, "hardware": cfg.hardware, "method": cfg.method, "rule": cfg.rule,
             "n": cfg.n, "m": cfg.m, "seed": cfg.seed, "prompts_per_step": cfg.prompts_per_step,
@@ -330,8 +351,14 @@ def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every
 
     run_dir.mkdir(parents=True, exist_ok=True)
     state, saved_rng = resume_or_start(cfg, run_dir, updater)
+    origin = provenance(cfg)
     if lead:
-        previous = json.loads((run_dir / "summary.json").read_text()) if state.step else {}
+        previous = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
+        before = (previous.get("provenance") or {}).get("base_model_sha256")
+        if saved_rng is not None and before not in (None, origin["base_model_sha256"]):
+            raise RunDirError(f"{run_dir} was started from another base model (weights sha256 {before[:12]}, now "
+                              f"{origin['base_model_sha256'][:12]} at {cfg.model_path()}); use another run_dir, or "
+                              "--restart to train it again from this one")
         failed = previous.get("failure") if previous.get("status") == "failed" else None
         io.write_yaml(run_dir / "config.yaml", cfg.to_dict())
         print(startup_lines(cfg) + (f" | {size} processes" if size > 1 else "")
@@ -370,7 +397,7 @@ def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every
             state.train_s, state.wall_s, state.data_position = clock.train, clock.wall, prompts.position
             save_checkpoint(run_dir, updater, state)
             barrier()
-            summary = summarize(cfg, run_dir, state, status) if lead else None
+            summary = summarize(cfg, run_dir, state, status, provenance=origin) if lead else None
         state.checkpoint_s += timer.take("checkpoint")  # counted from the next checkpoint on
         checkpoint_step = state.step
         return summary
@@ -476,7 +503,7 @@ def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every
         reason = f"{exc} (during {doing})"
         state.train_s, state.wall_s = clock.train, clock.wall
         if lead:
-            summarize(cfg, run_dir, state, "failed", failure={"step": state.step + 1 if doing.startswith("step") else state.step,
+            summarize(cfg, run_dir, state, "failed", provenance=origin, failure={"step": state.step + 1 if doing.startswith("step") else state.step,
                                                               "reason": reason, "checkpoint_step": checkpoint_step})
         raise RunFailed(f"{run_dir}: stopped: {reason}; summary.json records the failure and the last good "
                         f"checkpoint (step {checkpoint_step}) is kept") from None

@@ -150,34 +150,114 @@ def test_time_to_target_follows_the_papers_definition():
         analysis.time_to_target(base, curve([0, 1, 2, 3, 5], [0] * 5))
     with pytest.raises(ValueError, match="threshold must be in"):
         analysis.time_to_target(base, meth, 1.2)
+    with pytest.raises(ValueError, match="unknown target rule"):
+        analysis.time_to_target(base, meth, 0.99, rule="median")
 
 
-def _arm_frame(matrix, grid):
-    return pd.DataFrame([{"seed": s, "train_time_s": t, "accuracy": matrix[s][j]}
-                         for s in range(len(matrix)) for j, t in enumerate(grid)])
+T = [0, 1, 2, 3, 4]
 
 
-def test_bootstrap_is_reproducible_and_brackets_the_estimate():
-    grid = [0.0, 1, 2, 3, 4]
+def iso(base, meth, fraction=0.99):
+    return analysis.time_to_target(curve(T, base), curve(T, meth), fraction, rule="isotonic")
+
+
+def test_isotonic_rule_on_monotone_curves_interpolates_between_grid_points():
+    tt = iso([0.1, 0.3, 0.5, 0.7, 0.8], [0.1, 0.5, 0.8, 0.8, 0.8])
+    # target 0.99 x 0.8 = 0.792; baseline 3 + 0.092 / 0.1, method 1 + 0.292 / 0.3
+    assert tt.target == pytest.approx(0.792)
+    assert tt.t_baseline == pytest.approx(3.92) and tt.t_method == pytest.approx(1 + 0.292 / 0.3)
+    assert tt.speedup == pytest.approx(3.92 / (1 + 0.292 / 0.3))
+    paper = analysis.time_to_target(curve(T, [0.1, 0.3, 0.5, 0.7, 0.8]), curve(T, [0.1, 0.5, 0.8, 0.8, 0.8]))
+    assert (paper.t_baseline, paper.t_method) == (4.0, 2.0)  # the grid rounds both up
+
+
+def test_isotonic_rule_pools_noise_instead_of_chasing_the_highest_point():
+    np.testing.assert_allclose(analysis.isotonic_fit([0.1, 0.5, 0.4, 0.7, 0.6]), [0.1, 0.45, 0.45, 0.65, 0.65])
+    tt = iso([0.1, 0.5, 0.4, 0.7, 0.6], [0.1, 0.7, 0.7, 0.7, 0.7])
+    assert tt.target == pytest.approx(0.99 * 0.65)  # the plateau, not the lucky 0.7
+    assert tt.t_baseline == pytest.approx(2 + (0.6435 - 0.45) / 0.2)
+    assert tt.t_method == pytest.approx((0.6435 - 0.1) / 0.6)
+    paper = analysis.time_to_target(curve(T, [0.1, 0.5, 0.4, 0.7, 0.6]), curve(T, [0.1, 0.7, 0.7, 0.7, 0.7]))
+    assert paper.target == pytest.approx(0.693) and (paper.t_baseline, paper.t_method) == (3.0, 1.0)
+
+
+def test_isotonic_rule_when_the_method_never_gets_there():
+    tt = iso([0.1, 0.3, 0.5, 0.7, 0.8], [0.1, 0.2, 0.3, 0.3, 0.3])
+    assert tt.t_baseline == pytest.approx(3.92) and tt.t_method is None and tt.speedup is None
+    flat = iso([0.5, 0.5, 0.49, 0.5, 0.5], [0.5, 0.6, 0.7, 0.7, 0.7])  # the baseline never rose
+    assert flat == analysis.Target(None, None, None, None)
+
+
+def test_isotonic_rule_takes_a_decline_after_the_peak_as_the_level_held():
+    # 0.9 at t = 2 falls back to 0.5, 0.4: the fit pools them into a plateau at 0.6
+    np.testing.assert_allclose(analysis.isotonic_fit([0.1, 0.6, 0.9, 0.5, 0.4]), [0.1, 0.6, 0.6, 0.6, 0.6])
+    tt = iso([0.1, 0.6, 0.9, 0.5, 0.4], [0.1, 0.3, 0.5, 0.7, 0.75])
+    assert tt.target == pytest.approx(0.594)
+    assert tt.t_baseline == pytest.approx((0.594 - 0.1) / 0.5) and tt.t_method == pytest.approx(2 + 0.094 / 0.2)
+    paper = analysis.time_to_target(curve(T, [0.1, 0.6, 0.9, 0.5, 0.4]), curve(T, [0.1, 0.3, 0.5, 0.7, 0.75]))
+    assert paper.target == pytest.approx(0.891) and paper.t_method is None  # the spike sets an unreachable bar
+
+
+def _arm(matrix, costs=None):
+    matrix = np.asarray(matrix, dtype=float)
+    return analysis.Arm(matrix, np.full(len(matrix), np.nan) if costs is None else np.asarray(costs, dtype=float))
+
+
+def _rows(records):
+    return {(r["target_rule"], r["target"]): r for r in records}
+
+
+def test_compare_arms_is_reproducible_and_brackets_the_estimate():
+    grid = np.array([0.0, 1, 2, 3, 4])
     rng = np.random.default_rng(5)
     base = np.clip(np.array([0.1, 0.4, 0.6, 0.75, 0.8]) + rng.normal(0, 0.03, (8, 5)), 0, 1)
     meth = np.clip(np.array([0.1, 0.7, 0.8, 0.82, 0.83]) + rng.normal(0, 0.03, (8, 5)), 0, 1)
-    b, m = _arm_frame(base, grid), _arm_frame(meth, grid)
-    one = analysis.bootstrap_speedup(b, m, grid, n_boot=300, seed=3)
-    assert one == analysis.bootstrap_speedup(b, m, grid, n_boot=300, seed=3)
-    point = analysis.time_to_target(analysis.mean_curve(b, grid), analysis.mean_curve(m, grid)).speedup
-    assert one["ci_low"] <= point <= one["ci_high"] and one["reached_frac"] == 1.0
-    # every seed identical: every replicate is the point estimate
-    flat = analysis.bootstrap_speedup(_arm_frame([base[0]] * 4, grid), _arm_frame([meth[0]] * 4, grid), grid, n_boot=50)
-    single = analysis.time_to_target(curve(grid, base[0]), curve(grid, meth[0])).speedup
-    assert flat["ci_low"] == flat["ci_high"] == single
-    # a method that never gets there: no replicate has a speedup
-    low = analysis.bootstrap_speedup(b, _arm_frame(base * 0.5, grid), grid, n_boot=50)
-    assert low["reached_frac"] == 0 and low["ci_low"] == low["ci_high"] == 0  # never reached: speedup 0
-    # half the seeds fail: replicates that miss count as 0, so the interval starts at 0 (not above 1)
-    mixed = analysis.bootstrap_speedup(b, _arm_frame(np.concatenate([meth[:4], base[4:] * 0.93]), grid), grid,
-                                       n_boot=300)
-    assert 0.05 < mixed["reached_frac"] < 0.95 and mixed["ci_low"] == 0 and mixed["ci_high"] > 1
+    one = analysis.compare_arms(grid, _arm(base, [2.0] * 8), _arm(meth, [3.0] * 8), n_boot=300, seed=3)
+    assert one == analysis.compare_arms(grid, _arm(base, [2.0] * 8), _arm(meth, [3.0] * 8), n_boot=300, seed=3)
+    for (rule, target), r in _rows(one).items():
+        estimate = r["speedup"] if rule != "equal_time" else r["accuracy_diff"]
+        assert r["ci_low"] <= estimate <= r["ci_high"], (rule, target)
+    robust = _rows(one)[("isotonic", "0.99")]
+    assert robust["verdict"] == "faster" and robust["ci_low"] > 1 and robust["seeds_to_decide"] is None
+    # speedup = step efficiency / step-cost ratio, exactly, with steps = time / s per step
+    assert robust["step_cost_ratio"] == pytest.approx(1.5)
+    assert robust["speedup"] == pytest.approx(robust["step_efficiency"] / robust["step_cost_ratio"])
+    assert robust["steps_baseline"] == pytest.approx(robust["t_baseline_s"] / 2.0)
+    assert robust["step_efficiency_ci_low"] == pytest.approx(robust["ci_low"] * 1.5)
+    end = _rows(one)[("equal_time", "end")]
+    assert end["at_s"] == 4.0 and end["accuracy_diff"] == pytest.approx(meth[:, 4].mean() - base[:, 4].mean())
+    assert _rows(one)[("equal_time", "half")]["at_s"] == 2.0
+
+
+def test_compare_arms_identical_seeds_give_a_point_interval_and_unreached_resamples_are_censored():
+    grid = np.array([0.0, 1, 2, 3, 4])
+    base, meth = [0.1, 0.3, 0.5, 0.7, 0.8], [0.1, 0.5, 0.8, 0.8, 0.8]
+    flat = _rows(analysis.compare_arms(grid, _arm([base] * 4), _arm([meth] * 4), n_boot=50))
+    robust = flat[("isotonic", "0.99")]
+    assert robust["ci_low"] == robust["ci_high"] == pytest.approx(robust["speedup"])
+    # a method that never gets there: every resample sits at its upper bound t_baseline / T
+    never = _rows(analysis.compare_arms(grid, _arm([base] * 4), _arm([[0.1, 0.2, 0.3, 0.3, 0.3]] * 4), n_boot=50))
+    r = never[("isotonic", "0.99")]
+    assert r["speedup"] is None and r["reached_frac"] == 0
+    assert r["ci_low"] == r["ci_high"] == pytest.approx(3.92 / 4) and r["verdict"] == "slower"
+    # half the seeds fail: the interval reaches down below 1 instead of claiming "faster"
+    good, bad = [0.1, 0.5, 0.9, 0.9, 0.9], [0.1, 0.3, 0.5, 0.6, 0.6]  # 3 good of 4 reach it, 2 do not
+    mixed = _rows(analysis.compare_arms(grid, _arm([base] * 4), _arm([good] * 2 + [bad] * 2), n_boot=400))
+    r = mixed[("isotonic", "0.99")]
+    assert 0.05 < r["reached_frac"] < 0.95 and r["ci_low"] < 1 < r["ci_high"] and r["verdict"] == "undecided"
+
+
+def test_verdict_and_seeds_to_decide():
+    assert analysis.verdict(1.1, 2.0, above="faster", below="slower", at=1.0) == "faster"
+    assert analysis.verdict(0.5, 0.9, above="faster", below="slower", at=1.0) == "slower"
+    assert analysis.verdict(0.9, 1.3, above="faster", below="slower", at=1.0) == "undecided"
+    assert analysis.verdict(-0.01, 0.02, above="higher", below="lower", at=0.0) == "undecided"
+    # log half-width (ln 1.6 - ln 0.9) / 2 = 0.2877 against ln 1.2 = 0.1823: 5 x 2.49 -> 13 seeds
+    assert analysis.seeds_to_decide(1.2, 0.9, 1.6, 5, log_scale=True) == 13
+    assert analysis.seeds_to_decide(0.01, -0.01, 0.03, 4, log_scale=False) == 16
+    assert analysis.seeds_to_decide(1.0, 0.8, 1.2, 5, log_scale=True) == float("inf")
+    assert analysis.seeds_to_decide(None, 0.8, 1.2, 5, log_scale=True) == float("inf")
+    assert analysis.seeds_to_decide(1.001, 0.5, 2.0, 5, log_scale=True) == float("inf")  # over 1000
 
 
 # --------------------------------------------------------------------------------------------
@@ -196,25 +276,55 @@ def make_study_runs(root: Path) -> None:
                   steps=[(1.5, 1.0, 3.0), (1.7, 1.0, 3.2)])
 
 
-def test_summarize_gives_speedups_step_times_and_phases(tmp_path):
+def test_summarize_gives_every_rule_step_times_and_phases(tmp_path):
     make_study_runs(tmp_path)
     study = [{"name": "main", "benchmark": "arith", "hardware": "cpu", "design": "equal_update",
               "baseline": "grpo-n4-m4", "method": "pods-max_variance-n16-m4", "seeds": [0, 1, 2]}]
-    runs = analysis.find_runs(tmp_path)
-    table = analysis.summarize(study, analysis.load_evals(runs), analysis.load_steps(runs), n_boot=100)
-    assert list(table["rule"]) == ["0.99", "1.00"]
+    tables = analysis.load_runs(tmp_path)
+    table = analysis.summarize(study, tables.evals, tables.steps, n_boot=100)
+    assert list(zip(table["target_rule"], table["target"])) == [
+        ("paper", "0.99"), ("paper", "1.00"), ("isotonic", "0.99"), ("equal_time", "half"), ("equal_time", "end")]
     r99, r100 = table.iloc[0], table.iloc[1]
     assert r99["name"] == "main" and r99["peak_baseline"] == pytest.approx(0.61)
-    assert r99["threshold"] == pytest.approx(0.99 * 0.61)
+    assert r99["target_accuracy"] == pytest.approx(0.99 * 0.61)
     assert (r99["t_baseline_s"], r99["t_method_s"], r99["speedup"]) == (240.0, 120.0, 2.0)
     assert (r100["t_baseline_s"], r100["t_method_s"], r100["speedup"]) == (240.0, 120.0, 2.0)
     assert r99["s_per_step_baseline"] == pytest.approx(2.0) and r99["s_per_step_method"] == pytest.approx(3.1)
+    assert r99["step_cost_ratio"] == pytest.approx(3.1 / 2.0) and r99["steps_baseline"] == pytest.approx(120.0)
     assert r99["generate_s_per_step_method"] == pytest.approx(1.6)
     assert r99["update_s_per_step_baseline"] == pytest.approx(1.1)
-    for column in ["benchmark", "hardware", "design", "baseline", "method", "ci_low", "ci_high", "peak_method"]:
+    for column in ["benchmark", "hardware", "design", "baseline", "method", "ci_low", "ci_high", "peak_method",
+                   "verdict", "seeds_to_decide", "step_efficiency"]:
         assert column in table.columns
-    only_two = analysis.summarize([{**study[0], "seeds": [0, 1]}], analysis.load_evals(runs), n_boot=10)
+    only_two = analysis.summarize([{**study[0], "seeds": [0, 1]}], tables.evals, n_boot=10)
     assert set(only_two["n_seeds_baseline"]) == {2}
+
+
+def test_old_summaries_read_under_the_new_column_names(tmp_path):
+    old = tmp_path / "summary.csv"
+    old.write_text("benchmark,rule,threshold,speedup\narith,0.99,0.58,1.09\narith,1.0,0.59,\n")
+    table = analysis.read_summary(old)
+    assert list(table["target_rule"]) == ["paper", "paper"] and list(table["target"]) == ["0.99", "1.00"]
+    assert list(table["target_accuracy"]) == [0.58, 0.59]
+
+
+def test_projection_divides_our_step_efficiency_by_the_other_machines_cost_ratio(tmp_path):
+    ours = pd.DataFrame([{"name": "main", "benchmark": "arith", "hardware": "cpu", "design": "equal_update",
+                          "baseline": "grpo-n16-m16", "method": "pods-max_variance-n64-m16", "target_rule": "isotonic",
+                          "target": "0.99", "speedup": 1.2, "ci_low": 0.9, "ci_high": 1.6, "step_efficiency": 2.0,
+                          "step_efficiency_ci_low": 1.5, "step_efficiency_ci_high": 2.7, "step_cost_ratio": 1.667}])
+    paper = pd.DataFrame([{"name": "gsm8k-l40s", "design": "equal_update", "step_cost_ratio": 1.25},
+                          {"name": "h100x8", "design": "equal_generation", "step_cost_ratio": 0.6}])
+    costs = tmp_path / "costs.json"
+    costs.write_text(json.dumps({"hardware": "my-gpu", "s_per_step": {"grpo-n16-m16": 2.0,
+                                                                      "pods-max_variance-n64-m16": 2.5}}))
+    table = analysis.projection_table(ours, analysis.cost_sources(paper, [costs]))
+    assert list(table["projected_onto"]) == ["paper gsm8k-l40s", "my-gpu (costs.json)"]  # h100x8: other design
+    assert list(table["projected_speedup"]) == pytest.approx([2.0 / 1.25, 2.0 / 1.25])
+    assert list(table["projected_ci_low"]) == pytest.approx([1.2, 1.2]) and set(table["kind"]) == {"projection"}
+    costs.write_text(json.dumps({"hardware": "x", "s_per_step": {"grpo-n16-m16": -1}}))
+    with pytest.raises(ValueError, match="must be a positive number"):
+        analysis.read_cost_file(costs)
 
 
 def test_study_file_errors_name_the_file_and_comparison(tmp_path):
@@ -246,10 +356,10 @@ def test_cli_analyze_writes_csv_and_markdown(tmp_path, capsys):
     assert pods_main(["analyze", "--runs", str(tmp_path / "runs"), "--study", str(study), "--out", str(out),
                       "--n-boot", "20"]) == 0
     table = pd.read_csv(out)
-    assert len(table) == 4 and table.loc[0, "speedup"] == 2.0
-    assert pd.isna(table.loc[2, "speedup"])  # GRPO never reaches the PODS peak
+    assert len(table) == 10 and table.loc[0, "speedup"] == 2.0
+    assert pd.isna(table.loc[5, "speedup"])  # GRPO never reaches the PODS peak
     markdown = out.with_suffix(".md").read_text()
-    assert markdown.startswith("| name | benchmark |") and "| main | arith |" in markdown
+    assert markdown.startswith("## Verdict") and "| main | arith |" in markdown
     assert "not reached" in markdown
     assert not list(out.parent.glob(".*tmp"))
     assert pods_main(["analyze", "--runs", str(tmp_path), "--study", str(tmp_path / "none.yaml")]) == 2

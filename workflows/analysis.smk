@@ -40,6 +40,39 @@ rule analyze:
         "pods analyze --runs {params.runs} --study {input.study} --out {output.csv} > {log} 2>&1"
 
 
+
+# speedup = step efficiency / step-cost ratio beside the paper's settings, and the projections of
+# our step efficiency onto the paper's hardware and onto any phase-cost files the study names.
+# The paper's summary is read as it is, not rebuilt: it is a committed reference whose rule
+# (paper_figures) needs the authors' release; after regenerating it, `--forcerun project`.
+PAPER_SUMMARY = config.get("paper_summary")
+if PAPER_SUMMARY and not Path(PAPER_SUMMARY).is_file():
+    raise ValueError(f"paper_summary: no file {PAPER_SUMMARY} (`snakemake paper_figures` writes it; null: none)")
+PROJECTION_FILES = [f"{RESULTS}/{name}.{ext}" for name in ("decomposition", "projection") for ext in ("csv", "md")]
+PROJECTION_FIGURES = [f"{FIGURES}/{name}.{ext}" for name in ("decomposition", "projection") for ext in ("png", "pdf")]
+
+
+rule project:
+    input:
+        summary=SUMMARY_CSV,
+        costs=config.get("cost_files", []),
+    params:
+        paper=PAPER_SUMMARY,
+    output:
+        PROJECTION_FILES,
+        [report(f, caption="report/projection.rst", category="Figures", subcategory="verdict")
+         if f.endswith(".png") else f for f in PROJECTION_FIGURES],
+    localrule: True
+    log:
+        f"{LOGS}/project.log",
+    run:
+        from pods.analysis import project
+
+        with open(log[0], "w") as fh:
+            written = project(input.summary, params.paper, input.costs, RESULTS, FIGURES)
+            print(*written, sep="\n", file=fh)
+
+
 def print_summary(path):
     """The table a study target ends with, on the terminal that asked for it."""
     print(f"\n{path}:\n\n{Path(path).read_text()}", flush=True)

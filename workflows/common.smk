@@ -72,6 +72,7 @@ def expand_comparisons(cfg):
         if not baseline.is_grpo:
             raise ValueError(f"{where}.baseline: {comp['baseline']!r} is not a vanilla GRPO run")
         seeds = comp.get("seeds", cfg["seeds"])
+        seeds = list(range(seeds)) if isinstance(seeds, int) else seeds  # a count N: seeds 0 .. N-1
         for label in comp["benchmarks"]:
             if label not in cfg["benchmarks"]:
                 raise ValueError(f"{where}.benchmarks: {label!r} is not declared under `benchmarks`")
@@ -338,4 +339,4 @@ def cached_results():
             f"figures: {len(todo)} of the study's {len(RUNS_LIST)} runs have no finished results "
             f"(e.g. {todo[0]}); `snakemake reproduce` trains them"
         )
-    return [SUMMARY_CSV, SUMMARY_MD, *figure_files()]
+    return [SUMMARY_CSV, SUMMARY_MD, *figure_files(), *PROJECTION_FILES, *PROJECTION_FIGURES]

@@ -4,7 +4,19 @@
 # base_model is a model folder or hub id need no rule here.
 
 
+# The code a warm start depends on: a change to any of it (or to the recipe in params) builds the
+# base model again, and every run records the fingerprint of the base it started from, so runs
+# from different bases are never compared (pods.analysis.check_same_start).
+WARMSTART_CODE = [
+    str(Path(workflow.basedir, "pods", name))
+    for name in ("warmstart.py", "models.py", "evaluation.py", "rollout/hf.py", "rollout/base.py", "tasks/__init__.py",
+                 "tasks/base.py", "tasks/arith.py")
+]
+
+
 rule warmstart:
+    input:
+        WARMSTART_CODE,
     output:
         marker=warmstart_marker("{benchmark}"),
     params:

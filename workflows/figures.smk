@@ -54,9 +54,10 @@ rule plots:
         from pods import analysis, plots
 
         study = analysis.load_study(input.study)
+        summary = analysis.read_summary(input.summary)  # the accuracy figures mark its targets and crossings
         with open(log[0], "w") as fh:
             for kind, benchmark, hardware, design in figure_panels():
                 stem = FIGURE.format(kind=kind, benchmark=benchmark, hardware=hardware, design=design)
                 written = plots.plot_study_figure(kind, RUNS, study, benchmark, hardware, stem,
-                                                  design=design[1:] or None)
+                                                  design=design[1:] or None, summary=summary)
                 print(*written, sep="\n", file=fh)

@@ -15,6 +15,9 @@ import pods.paper
 
 PAPER_WORK = config.get("paper_work_dir", "resources/paper").rstrip("/")
 PAPER_FIGURES_DIR = f"{config.get('figures_dir', 'figures').rstrip('/')}/paper"
+# The tables (our summary of the authors' settings among them) are small and committed: the default
+# study's decomposition and projection read them on machines without the release.
+PAPER_TABLES_DIR = config.get("paper_tables_dir", "results/paper").rstrip("/")
 PAPER_MANIFEST = "config/paper_figures.yaml"
 PAPER_LOCAL = config.get("paper_results_dir")
 PAPER_RELEASE = PAPER_LOCAL.rstrip("/") if PAPER_LOCAL else f"{PAPER_WORK}/release"
@@ -31,7 +34,7 @@ def paper_figure_names():
 
 def paper_figures_outputs():
     """Everything `rule paper_figures` must produce: figures (PNG + PDF) and CSV tables."""
-    return [str(p) for p in pods.paper.figure_outputs(PAPER_FIGURES_DIR, paper_figure_names())]
+    return [str(p) for p in pods.paper.figure_outputs(PAPER_FIGURES_DIR, paper_figure_names(), PAPER_TABLES_DIR)]
 
 
 def paper_release_files():
@@ -76,5 +79,5 @@ rule paper_outputs:
     log:
         f"{PAPER_WORK}/logs/figures.log",
     shell:
-        "pods paper figures --runs {PAPER_WORK} --out {PAPER_FIGURES_DIR} {params.figures} "
+        "pods paper figures --runs {PAPER_WORK} --out {PAPER_FIGURES_DIR} --tables {PAPER_TABLES_DIR} {params.figures} "
         "> {log} 2>&1 && cat {log}"
