@@ -2,9 +2,11 @@
 
 A tiny character-level model from a config, on CPU, no download. Each test builds a trainer in well under a second.
 """
+import ast
 import dataclasses
 import inspect
 import re
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -246,6 +248,15 @@ def test_trainer_errors_name_the_problem(base, tmp_path):
         make_trainer(base, tmp_path, num_kept_generations=4, dataset=images)
 
 
+def _syntax(fn) -> ast.AST:
+    return ast.parse(textwrap.dedent(inspect.getsource(fn)))
+
+
+def _calls(fn, name: str) -> list[int]:
+    """Lines of `fn` that call `name` (e.g. "self._generate")."""
+    return [node.lineno for node in ast.walk(_syntax(fn)) if isinstance(node, ast.Call) and ast.unparse(node.func) == name]
+
+
 def test_trl_internals_relied_on_are_unchanged():
     """Fails when a TRL upgrade moves what PODSGRPOTrainer builds on; then re-read TRL's GRPOTrainer and re-pin."""
     import tomllib  # Python 3.11+, as TRL
@@ -262,18 +273,22 @@ def test_trl_internals_relied_on_are_unchanged():
     assert params(GRPOTrainer._generate) == ["self", "prompts"]
     assert params(GRPOTrainer._calculate_rewards) == ["self", "inputs", "prompts", "completions",
                                                       "completion_ids_list"]
-    # The replay: TRL's method generates and scores once each, and groups its advantages by self.num_generations.
-    source = inspect.getsource(GRPOTrainer._generate_and_score_completions)
-    assert source.count("self._generate(") == 1 and source.count("self._calculate_rewards(") == 1
-    assert source.index("self._generate(") < source.index("self._get_per_token_logps_and_entropies(")
-    assert "num_generations = self.num_generations if mode == \"train\"" in source
-    assert "self._generate_and_score_completions(" in inspect.getsource(GRPOTrainer._prepare_inputs)
+    # Training reaches generation through _prepare_inputs -> _generate_and_score_completions.
+    assert _calls(GRPOTrainer._prepare_inputs, "self._generate_and_score_completions")
+    # The replay: TRL's method generates and scores once each, generates before any log-prob pass, and groups its
+    # advantages by self.num_generations.
+    method = GRPOTrainer._generate_and_score_completions
+    generate, rewards = _calls(method, "self._generate"), _calls(method, "self._calculate_rewards")
+    assert len(generate) == 1 and len(rewards) == 1, "no longer one _generate and one _calculate_rewards call"
+    assert generate[0] < min(_calls(method, "self._get_per_token_logps_and_entropies")), "log-probs before generation"
+    assert "self.num_generations" in {ast.unparse(n) for n in ast.walk(_syntax(method)) if isinstance(n, ast.Attribute)}
     # _generate's return, unpacked and replayed field by field
-    generate = inspect.getsource(GRPOTrainer._generate)
-    assert generate.rstrip().endswith("return prompt_ids, completion_ids, tool_mask, completions, logprobs, "
-                                      "extra_fields, images, tool_images")
-    init = inspect.getsource(GRPOTrainer.__init__)
-    assert "self._pending_extra_logs" in init and "self.reward_weights" in init
+    returns = [[ast.unparse(e) for e in node.value.elts] for node in ast.walk(_syntax(GRPOTrainer._generate))
+               if isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple)]
+    assert returns == [["prompt_ids", "completion_ids", "tool_mask", "completions", "logprobs", "extra_fields",
+                        "images", "tool_images"]], f"_generate now returns {returns}"
+    assigned = {ast.unparse(n) for n in ast.walk(_syntax(GRPOTrainer.__init__)) if isinstance(n, ast.Attribute)}
+    assert {"self._pending_extra_logs", "self.reward_weights", "self.num_generations"} <= assigned
     # and no field of ours shadows one of TRL's
     ours = {f.name for f in dataclasses.fields(PODSGRPOConfig)} - {f.name for f in dataclasses.fields(GRPOConfig)}
     assert ours == {"num_kept_generations", "selection_rule", "normalize_advantages_over"}

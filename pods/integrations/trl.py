@@ -61,7 +61,7 @@ from pods.selection import SELECTION_RULES, select
 
 logger = logging.getLogger(__name__)
 
-TESTED_TRL = SpecifierSet(">=1.14,<1.17")  # keep in step with the `trl` extra in pyproject.toml
+TESTED_TRL = SpecifierSet(">=1.9,!=1.15.0,<1.17")  # keep in step with the `trl` extra in pyproject.toml
 if trl.__version__ not in TESTED_TRL:
     warnings.warn(
         f"pods.integrations.trl was tested with trl{TESTED_TRL}, found {trl.__version__}; it relies on private "
