@@ -6,6 +6,8 @@ import ast
 import dataclasses
 import inspect
 import re
+import runpy
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -246,6 +248,13 @@ def test_trainer_errors_name_the_problem(base, tmp_path):
     images = Dataset.from_dict({"prompt": PROMPTS, "image": [None] * len(PROMPTS)})
     with pytest.raises(ValueError, match="text prompts only"):
         make_trainer(base, tmp_path, num_kept_generations=4, dataset=images)
+
+
+def test_example_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the example's output_dir
+    runpy.run_path(str(Path(__file__).parents[1] / "examples" / "trl_pods.py"), run_name="__main__")
+    steps = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
+    assert len(steps) == 5 and all("of the 4 kept" in line for line in steps)
 
 
 def _syntax(fn) -> ast.AST:
