@@ -13,29 +13,29 @@ and `steps_per_generation` count generated completions. Each optimiser micro-ste
 Where the pipeline is cut
 -------------------------
 TRL builds a generation batch in one method, `_generate_and_score_completions`: generate, pad,
-count the loss tokens (`num_items_in_batch`), run the no-grad log-prob passes (the "old" policy
-when generation and optimisation steps are misaligned or vLLM's importance-sampling correction is
-on, the reference model when `beta != 0`), and only then call the reward functions and compute
-advantages. The log-prob passes come before the rewards, so down-sampling cannot happen inside that
-method without rewriting it. This trainer instead runs it twice, on two different inputs:
+count the loss tokens (`num_items_in_batch`), run the no-grad log-prob passes (the old policy's
+under vLLM's importance-sampling correction or when `gradient_accumulation_steps` is not a
+multiple of `steps_per_generation * num_iterations`, the reference model's when `beta != 0`), and
+only then call the reward functions and compute advantages. The log-prob passes come before the
+rewards, so completions cannot be dropped inside that method without rewriting it. This trainer
+splits its work in two instead:
 
 1. on all n completions per prompt, only TRL's own `_generate` and `_calculate_rewards`, then
-   `pods.selection.select` on the summed, weighted rewards of each prompt's n completions;
-2. TRL's full `_generate_and_score_completions` on the kept rows only, with `_generate` and
+   `pods.selection.select` on the weighted sum of the rewards of each prompt's n completions;
+2. TRL's whole `_generate_and_score_completions` on the kept rows only, with `_generate` and
    `_calculate_rewards` handing back the completions and rewards of step 1 instead of generating
-   and scoring again, and with `num_generations` set to m while it runs, so that TRL's own code
-   pads, counts `num_items_in_batch`, runs the old and reference log-prob passes, and normalises
-   advantages, all over the kept completions (with every `scale_rewards` and
-   `multi_objective_aggregation` option TRL has).
+   and scoring again, and with `self.num_generations` set to m while it runs. So TRL's own code
+   pads, counts `num_items_in_batch`, runs the old and reference log-prob passes and normalises
+   advantages over the kept completions, with every `scale_rewards` and
+   `multi_objective_aggregation` option it has.
 
 Training (`_prepare_inputs`, the buffer of generation batches, `_compute_loss` and every
 `loss_type` normaliser) is TRL's, untouched: it sees only kept completions.
 
 What still runs on all n: generation (vLLM or transformers) and its completion-length metrics,
 decoding, and the reward functions, which is the work PODS needs to choose. No policy or reference
-forward pass runs on a dropped completion, so down-sampling adds no model compute; its own cost is
-one sort per prompt. Evaluation (`num_generations_eval`) runs TRL's path unchanged, with no
-selection.
+forward pass runs on a dropped completion: beyond one sort per prompt, down-sampling adds no
+compute. Evaluation (`num_generations_eval`) runs TRL's path unchanged, without selection.
 
 Not supported (a clear error at construction): `tools`, `environment_factory`, `rollout_func`, and
 image columns in the dataset (their state lives inside TRL's method, before generation).
