@@ -5,14 +5,17 @@ A tiny character-level model from a config, on CPU, no download. Each test build
 import ast
 import dataclasses
 import inspect
+import os
 import re
 import runpy
+import socket
 import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
+import torch.multiprocessing as mp
 
 trl = pytest.importorskip("trl", reason='TRL is not installed: pip install "torch==<your torch>" -e ".[trl]"')
 from datasets import Dataset  # noqa: E402
@@ -116,7 +119,24 @@ def test_advantages_normalised_over_all_generated(base, tmp_path):
     assert kept_rows(output) == ids
     expected = kept_advantages(rewards, kept, normalize_over="all").flatten().float()
     torch.testing.assert_close(output["advantages"], expected)
+    torch.testing.assert_close(torch.tensor(list(trainer._logs["advantages"])), expected)  # the completions table
     assert not torch.allclose(expected, kept_advantages(rewards, kept).flatten().float())  # the option matters
+
+
+def test_logged_columns_follow_the_kept_completions(base, tmp_path):
+    """A reward function's `log_extra` column reaches TRL's completions table for the kept rows only."""
+    reward = RecordingReward()
+
+    def logging_reward(completions, completion_ids, log_extra, **kwargs):
+        log_extra("row", list(range(len(reward.rewards), len(reward.rewards) + len(completions))))
+        return reward(completions, completion_ids, **kwargs)
+
+    trainer = make_trainer(base, tmp_path, reward=logging_reward, num_kept_generations=3)
+    trainer._generate_and_score_completions(first_generation_batch(trainer))
+    _, kept, _ = expected_kept(reward, 3, "max_variance")
+    rows = (torch.arange(len(kept))[:, None] * N + kept).flatten().tolist()
+    assert list(trainer._logs["extra"]["row"]) == rows
+    assert list(trainer._logs["rewards"]["logging_reward"]) == [reward.rewards[i] for i in rows]
 
 
 def test_unscorable_completions_rank_at_their_group_mean(base, tmp_path):
@@ -208,6 +228,46 @@ def test_keeping_all_equals_plain_grpo(base, tmp_path, loss_type, rule, normaliz
         torch.testing.assert_close(pods["grads"][name], grad, **tol, msg=name)
 
 
+DISTRIBUTED = [("max_variance", "kept"), ("random", "all")]  # random: one draw for all processes' groups
+
+
+def _distributed_worker(rank, world, port, base, out_dir, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    for rule, normalize in DISTRIBUTED:
+        reward = RecordingReward()
+        trainer = make_trainer(Path(base), Path(out_dir), reward=reward, num_kept_generations=3, selection_rule=rule,
+                               normalize_advantages_over=normalize, beta=0.04, max_steps=2)
+        output = trainer._generate_and_score_completions(first_generation_batch(trainer))
+        trainer.train()  # the reference pass and two optimiser steps, in step on both processes
+        out[(rank, rule)] = dict(ids=reward.completion_ids[: 2 * N], rewards=reward.rewards[: 2 * N],
+                                 kept=kept_rows(output), advantages=output["advantages"].tolist(),
+                                 num_items=output["num_items_in_batch"].item(), steps=trainer.state.global_step)
+    torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_processes_keep_their_slice_of_one_selection(base, tmp_path):
+    """Rewards are gathered over processes; each process trains on its own groups' kept rows, selected once."""
+    out = mp.Manager().dict()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_distributed_worker, args=(2, port, str(base), str(tmp_path), out), nprocs=2, join=True)
+    for rule, normalize in DISTRIBUTED:
+        ranks = [out[(rank, rule)] for rank in (0, 1)]
+        ids = ranks[0]["ids"] + ranks[1]["ids"]  # the first generation batch, in process order
+        rewards = torch.tensor(ranks[0]["rewards"] + ranks[1]["rewards"], dtype=torch.float64).view(-1, N)
+        kept = select(rewards, 3, rule, generator=torch.Generator().manual_seed(0))
+        expected = [ids[g * N + k] for g in range(len(kept)) for k in kept[g].tolist()]
+        assert ranks[0]["kept"] + ranks[1]["kept"] == expected and len(ranks[0]["kept"]) == len(ranks[1]["kept"])
+        advantages = kept_advantages(rewards, kept, normalize_over=normalize).flatten().float()
+        torch.testing.assert_close(torch.tensor(ranks[0]["advantages"] + ranks[1]["advantages"]), advantages)
+        assert ranks[0]["num_items"] == ranks[1]["num_items"] == sum(map(len, expected))  # kept tokens, all processes
+        assert ranks[0]["steps"] == ranks[1]["steps"] == 2
+
+
 @pytest.mark.parametrize(("overrides", "message"), [
     ({"num_kept_generations": N + 1}, "2 <= num_kept_generations <= num_generations"),
     ({"num_kept_generations": 1}, "2 <= num_kept_generations <= num_generations"),
@@ -297,7 +357,7 @@ def test_trl_internals_relied_on_are_unchanged():
     assert returns == [["prompt_ids", "completion_ids", "tool_mask", "completions", "logprobs", "extra_fields",
                         "images", "tool_images"]], f"_generate now returns {returns}"
     assigned = {ast.unparse(n) for n in ast.walk(_syntax(GRPOTrainer.__init__)) if isinstance(n, ast.Attribute)}
-    assert {"self._pending_extra_logs", "self.reward_weights", "self.num_generations"} <= assigned
+    assert {"self._pending_extra_logs", "self._logs", "self.reward_weights", "self.num_generations"} <= assigned
     # and no field of ours shadows one of TRL's
     ours = {f.name for f in dataclasses.fields(PODSGRPOConfig)} - {f.name for f in dataclasses.fields(GRPOConfig)}
     assert ours == {"num_kept_generations", "selection_rule", "normalize_advantages_over"}

@@ -262,6 +262,10 @@ class PODSGRPOTrainer(GRPOTrainer):
             advantages[torch.gather(unscorable, 1, kept)] = 0.0  # TRL's rule: no signal from unscorable rows
             ours = slice(start // n * m, (start + len(inputs)) // n * m)
             output["advantages"] = advantages.flatten()[ours].to(output["advantages"])
+            # The completions table ends with TRL's kept-normalised advantages of all processes: log these instead.
+            for _ in range(advantages.numel()):
+                self._logs["advantages"].pop()
+            self._logs["advantages"].extend(advantages.flatten().tolist())
         return output
 
     def _generate(self, prompts):
