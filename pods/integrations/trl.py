@@ -290,8 +290,9 @@ class PODSGRPOTrainer(GRPOTrainer):
     def _total_rewards(self, rewards_per_func: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Rewards `[groups, n]` (float64, CPU) that selection ranks, and which completions are unscorable.
 
-        The weighted sum of the reward functions, as TRL sums them; a completion every function returned `None`
-        for gets its group's mean over the scorable ones (0 if there are none), so no rule favours it.
+        The weighted sum of the reward functions, as TRL sums them. A completion every function returned `None`
+        for gets its group's mean over the scorable ones (0 if there are none): mid-ranked, the last place
+        max-variance looks; TRL later gives it advantage 0 if it is kept.
         """
         per_func = rewards_per_func.detach().to("cpu", torch.float64)
         unscorable = torch.isnan(per_func).all(dim=1)
