@@ -1,16 +1,20 @@
-"""Seconds per optimiser step, by phase: GRPO, PODS and GRPO-GA in our loop, and GRPO in TRL.
+"""Seconds per optimiser step, by phase: GRPO, PODS and GRPO-GA in our loop, and GRPO and PODS in TRL.
 
     python benchmarks/step_time.py [--base-model models/arith/base] [--steps 8] [--warmup 2]
 
 Our three arms run the real training loop (`pods.trainer.train`, evaluation off the clock) and
-the phase means come from its `steps.jsonl`; TRL's `GRPOTrainer` runs the GRPO arm on the same
-model, prompts, rewards and batch (8 prompts x 16 completions, one optimiser step per batch),
-timed per step with a callback and split into generation (+ scoring) and the rest. All in one
-process, one thread, one after the other, so they share the machine's conditions.
+the phase means come from its `steps.jsonl`. TRL runs two arms on the same model, prompts, rewards
+and batch (8 prompts per step, one optimiser step per generated batch, 128 completions trained per
+step): TRL's `GRPOTrainer` with 16 completions per prompt, and `PODSGRPOTrainer`
+(`pods.integrations.trl`) generating 64 and training on the max-variance 16. TRL steps are timed
+with a callback and split into generation, selection (PODS), the rest of generate-and-score, and
+the rest of the step. All in one process, one thread, one after the other, so they share the
+machine's conditions.
 
-TRL is needed only here: `pip install trl torch==<your torch>`; without it the TRL column is
-skipped with a message. Without a warm-started base model an untrained one of the default shape
-is used: it never emits EOS, so every completion is `max_new_tokens` long (in both stacks).
+TRL is needed only for its arms: `pip install "torch==<your torch>" -e ".[trl]"`; without it the
+TRL rows are skipped with a message. Without a warm-started base model an untrained one of the
+default shape is used: its completions stop at EOS only by chance (most run to `max_new_tokens`),
+alike in both stacks.
 """
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ ARMS = {  # label -> (n, m); micro_batch is shared, so GRPO-GA accumulates over 
     "PODS n=64->16": (64, 16),
     "GRPO-GA n=64": (64, 64),
 }
+TRL_ARMS = {"GRPO n=16": (16, 16), "PODS n=64->16": (64, 16)}  # label -> (n, m), m < n through PODSGRPOTrainer
 
 
 def parse_args() -> argparse.Namespace:
@@ -83,13 +88,14 @@ def ours(args, base: Path, workdir: Path, n: int, m: int, round_: int) -> list[d
     return [{**{p: s[f"{p}_s"] for p in STEP_PHASES}, "step": s["step_s"]} for s in steps]
 
 
-def trl_grpo(args, base: Path, workdir: Path, n: int, round_: int) -> list[dict[str, float]] | None:
-    """Per-step seconds of TRL's GRPOTrainer: generation, generate-and-score minus generation, rest."""
+def trl_arm(args, base: Path, workdir: Path, n: int, m: int, round_: int) -> list[dict[str, float]] | None:
+    """Per-step seconds in TRL: GRPOTrainer when m == n, PODSGRPOTrainer keeping m of n otherwise."""
     try:
-        import trl
         from trl import GRPOConfig, GRPOTrainer
+
+        from pods.integrations.trl import PODSGRPOConfig, PODSGRPOTrainer
     except ImportError:
-        print("TRL is not installed: skipping the TRL column (pip install trl torch==<your torch>)")
+        print('TRL is not installed: skipping the TRL rows (pip install "torch==<your torch>" -e ".[trl]")')
         return None
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -107,18 +113,26 @@ def trl_grpo(args, base: Path, workdir: Path, n: int, round_: int) -> list[dict[
     def reward(completions, index, **_):
         return [task.reward(c, problems[i]) for c, i in zip(completions, index)]
 
-    config = GRPOConfig(
-        output_dir=str(workdir / f"trl-r{round_}"), per_device_train_batch_size=args.prompts_per_step * n,
+    settings = dict(
+        output_dir=str(workdir / f"trl-n{n}-m{m}-r{round_}"), per_device_train_batch_size=args.prompts_per_step * n,
         gradient_accumulation_steps=1, num_generations=n, max_completion_length=args.max_new_tokens,
         max_steps=args.warmup + args.steps, learning_rate=args.lr, lr_scheduler_type="constant",
         beta=0.0, temperature=1.0, loss_type="grpo", disable_dropout=True, use_cpu=True, bf16=False,
         report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0, shuffle_dataset=False,
         dataloader_num_workers=0,
     )
-    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=config, train_dataset=dataset,
-                          processing_class=tokenizer)
+    if m < n:
+        config = PODSGRPOConfig(**settings, num_kept_generations=m, selection_rule="max_variance")
+        trainer = PODSGRPOTrainer(model=model, reward_funcs=[reward], args=config, train_dataset=dataset,
+                                  processing_class=tokenizer)
+    else:
+        trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=GRPOConfig(**settings),
+                              train_dataset=dataset, processing_class=tokenizer)
 
-    times: dict[str, list[float]] = {"step": [], "generate": [], "generate+score": []}
+    # Seconds per phase within the current step. PODS calls _generate twice per step (the second call hands the
+    # kept completions back to TRL and takes no time), so time is summed per step rather than per call.
+    current = {"generate": 0.0, "select": 0.0, "generate+score": 0.0}
+    steps: list[dict[str, float]] = []
 
     def timed(name, fn):
         def wrapper(*a, **k):
@@ -126,26 +140,28 @@ def trl_grpo(args, base: Path, workdir: Path, n: int, round_: int) -> list[dict[
             try:
                 return fn(*a, **k)
             finally:
-                times[name].append(time.perf_counter() - start)
+                current[name] += time.perf_counter() - start
         return wrapper
 
     trainer._generate = timed("generate", trainer._generate)
     trainer._generate_and_score_completions = timed("generate+score", trainer._generate_and_score_completions)
+    if m < n:
+        trainer._select = timed("select", trainer._select)
 
     class StepTimer(TrainerCallback):
         def on_step_begin(self, *a, **k):
+            current.update(dict.fromkeys(current, 0.0))
             self.start = time.perf_counter()
 
         def on_step_end(self, *a, **k):
-            times["step"].append(time.perf_counter() - self.start)
+            step = time.perf_counter() - self.start
+            g, sel, gs = current["generate"], current["select"], current["generate+score"]
+            steps.append({"generate": g, "reward": gs - g - sel, "select": sel, "logprob": 0.0, "update": step - gs,
+                          "step": step})
 
     trainer.add_callback(StepTimer())
     trainer.train()
-    w = args.warmup
-    return [
-        {"generate": g, "reward": gs - g, "select": 0.0, "logprob": 0.0, "update": step - gs, "step": step}
-        for step, g, gs in zip(times["step"][w:], times["generate"][w:], times["generate+score"][w:])
-    ]
+    return steps[args.warmup:]
 
 
 def mean_row(steps: list[dict[str, float]]) -> dict[str, float]:
@@ -163,15 +179,18 @@ def main() -> int:
               f"micro-batch {args.micro_batch}, {args.rounds} x {args.steps} timed steps after {args.warmup} "
               "per arm, rounds interleaved, 1 thread")
         measured: dict[str, list] = {label: [] for label in ARMS}
-        trl_steps: list | None = None if args.skip_trl else []
+        trl_steps: dict[str, list] | None = None if args.skip_trl else {label: [] for label in TRL_ARMS}
         for round_ in range(args.rounds):
             for label, (n, m) in ARMS.items():
                 measured[label] += ours(args, base, workdir, n, m, round_)
-            if trl_steps is not None:
-                more = trl_grpo(args, base, workdir, 16, round_)
-                trl_steps = None if more is None else trl_steps + more
+            for label, (n, m) in (TRL_ARMS if trl_steps is not None else {}).items():
+                more = trl_arm(args, base, workdir, n, m, round_)
+                if more is None:
+                    trl_steps = None
+                    break
+                trl_steps[label] += more
         rows = {label: mean_row(steps) for label, steps in measured.items()}
-        trl_row = mean_row(trl_steps) if trl_steps else None
+        trl_rows = {label: mean_row(steps) for label, steps in trl_steps.items()} if trl_steps else None
 
     cols = [*STEP_PHASES, "step"]
     print()
@@ -180,17 +199,20 @@ def main() -> int:
     for label, row in rows.items():
         print(f"| {label} (ours) | " + " | ".join(f"{row[c]:.3f}" for c in cols)
               + f" | {row['update'] / row['generate']:.2f} |")
-    if trl_row is not None:
+    if trl_rows is not None:
         import trl
 
-        print(f"| GRPO n=16 (TRL {trl.__version__}) | " + " | ".join(f"{trl_row[c]:.3f}" for c in cols)
-              + f" | {trl_row['update'] / trl_row['generate']:.2f} |")
-        ratio = rows["GRPO n=16"]["step"] / trl_row["step"]
+        for label, row in trl_rows.items():
+            print(f"| {label} (TRL {trl.__version__}) | " + " | ".join(f"{row[c]:.3f}" for c in cols)
+                  + f" | {row['update'] / row['generate']:.2f} |")
+        ratio = rows["GRPO n=16"]["step"] / trl_rows["GRPO n=16"]["step"]
         print(f"\nour GRPO step / TRL's GRPO step: {ratio:.2f} (goal: <= 0.5)")
+        print(f"TRL: PODS step / GRPO step: {trl_rows['PODS n=64->16']['step'] / trl_rows['GRPO n=16']['step']:.2f}; "
+              f"our PODS step / TRL's PODS step: {rows['PODS n=64->16']['step'] / trl_rows['PODS n=64->16']['step']:.2f}")
         print("TRL's `reward` column is scoring plus everything else in its generate-and-score phase "
-              "(decoding, advantages); its `update` is the rest of the step.")
+              "(decoding, padding, advantages) but selection; its `update` is the rest of the step.")
     ga, pods = rows["GRPO-GA n=64"], rows["PODS n=64->16"]
-    print(f"PODS step / GRPO step: {pods['step'] / rows['GRPO n=16']['step']:.2f}; "
+    print(f"ours: PODS step / GRPO step: {pods['step'] / rows['GRPO n=16']['step']:.2f}; "
           f"PODS step / GRPO-GA step: {pods['step'] / ga['step']:.2f}")
     return 0
 
