@@ -5,6 +5,7 @@ Both kinds are saved with `save_pretrained` (model + tokenizer) and loaded back 
 """
 from __future__ import annotations
 
+import math
 import string
 from pathlib import Path
 
@@ -96,11 +97,32 @@ def build_tiny_policy(
             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,  # RL needs the same log-probs twice
             **ids,
         )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = model_cls(config)
+    model = model_cls(config)
+    initialise(model, seed, n_layer)
     model.loss_type = "ForCausalLM"  # GPT2LMHeadModel's class name does not say so; silences a warning
     return model
+
+
+def initialise(model: PreTrainedModel, seed: int, n_layer: int, std: float = 0.02) -> None:
+    """GPT-2-style initial weights drawn by the package itself, the same on every CPU.
+
+    transformers draws its initial weights in float32, and float32 `normal_` takes another code
+    path (and gives other numbers) under AVX2, AVX-512 or the default kernels; the warm start then
+    amplifies that into a different base model. Here every weight is drawn in float64 from one
+    seeded generator, parameter by parameter in name order, and cast: normal(0, std), the residual
+    projections scaled by 1 / sqrt(2 n_layer) as in GPT-2, biases 0 and norm gains 1.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in sorted(model.named_parameters(), key=lambda item: item[0]):
+            if name.endswith("bias"):
+                param.zero_()
+            elif "ln" in name.split(".")[-2] or "norm" in name:
+                param.fill_(1.0)
+            else:
+                scale = std / math.sqrt(2 * n_layer) if name.endswith(("c_proj.weight", "o_proj.weight", "down_proj.weight")) else std
+                values = torch.randn(param.shape, generator=generator, dtype=torch.float64) * scale
+                param.copy_(values.to(param.dtype))
 
 
 def load_policy(

@@ -257,7 +257,8 @@ def provenance(cfg: TrainConfig) -> dict:
     warm = base / "warmstart.json"
     return {"base_model": str(base), "base_model_sha256": digest.hexdigest(),
             "warmstart": json.loads(warm.read_text()) if warm.is_file() else None,
-            "pods": pods.__version__, "torch": torch.__version__, "transformers": transformers.__version__}
+            "pods": pods.__version__, "torch": torch.__version__, "transformers": transformers.__version__,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def run_identity(cfg: TrainConfig) -> dict:

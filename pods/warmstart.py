@@ -247,7 +247,7 @@ def warmstart(cfg: WarmStartConfig, *, progress: bool = True) -> dict:
     record = {
         "benchmark": cfg.benchmark, "seed": cfg.seed, "steps": cfg.steps, "train_s": train_s,
         "eval_s": time.perf_counter() - start, "final_loss": loss.item(), "n_params": n_params(model),
-        **metrics, "config": asdict(cfg),
+        **metrics, "config": asdict(cfg), "environment": environment(),
     }
     _save(model, tokenizer, record, out_dir)
     print(f"greedy test accuracy {record['greedy_accuracy']:.3f} on {record['greedy_items']} items; "
@@ -255,6 +255,19 @@ def warmstart(cfg: WarmStartConfig, *, progress: bool = True) -> dict:
           + ", ".join(f"@{k} {v:.3f}" for k, v in record["pass_at_k"].items())
           + f"; {train_s:.0f} s training -> {out_dir}")
     return record
+
+
+def environment() -> dict:
+    """What decides the bits of a CPU build besides the code: the training matrix products take
+    another kernel path (AVX2, AVX-512, ...) and thread split on another machine, and the long
+    constant-rate warm start turns last-bit differences into a different base model."""
+    import platform
+
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch_threads": torch.get_num_threads(),
+            "machine": platform.machine()}
 
 
 def _save(model, tokenizer, record: dict, out_dir: Path) -> None:
