@@ -50,11 +50,11 @@ pytestmark = [
 TIMING = re.compile(r"(_s|_time|time_s|s_per_step|wall.*)$")
 
 
-def redirect(tmp: Path, name: str, **extra) -> Path:
-    """A last config layer sending the study's outputs under tmp/name."""
+def redirect(tmp: Path, name: str, models: str | None = None, **extra) -> Path:
+    """A last config layer sending the study's outputs (and its warm start) under tmp/name."""
     layer = tmp / f"{name}.yaml"
     layer.write_text(yaml.safe_dump({
-        "results_dir": str(tmp / name / "results"), "models_dir": str(tmp / "models"),
+        "results_dir": str(tmp / name / "results"), "models_dir": str(tmp / (models or name) / "models"),
         "figures_dir": str(tmp / name / "figures"), **extra,
     }))
     return layer
@@ -165,15 +165,24 @@ def test_results_have_the_form_of_a_local_run(smoke):
 
 def test_reproduce_again_submits_nothing(smoke):
     assert submitted(smoke["again"]) == []
-    assert "Nothing to be done" in smoke["again"]
+    # no training and no warm start; the analysis (local rules) may run once more, since it now
+    # reads the finished runs' files rather than waiting for their summary.json
+    assert "rule train:" not in smoke["again"] and "rule warmstart:" not in smoke["again"]
 
 
 def deepspeed_profile() -> dict:
-    """config/hardware/multinode.yaml made to fit the test cluster: one node, 2 CPU processes."""
+    """config/hardware/multinode.yaml made to fit the test cluster: one node, 2 CPU processes.
+
+    The launch is multinode.yaml's: the job runs the command as it is (`mpi: srun`), and the
+    command starts torchrun through `srun` once, which meets its processes at a c10d rendezvous
+    on the job's first node. The plugin takes `mpi` only with more than one task, so the job
+    asks for 2 tasks of 1 CPU and the srun step for 1 task of both CPUs.
+    """
     profile = yaml.safe_load((REPO / "config/hardware/multinode.yaml").read_text())
     profile.update(description="multinode.yaml on one CPU node: 2 DeepSpeed processes over gloo",
-                   nodes=1, num_processes=2, threads=2, launcher_prefix="srun --nodes=1 --ntasks-per-node=1")
-    profile["resources"].update(gpu=0, cpus_per_task=2, mem_mb=6000, runtime=30, nodes=1, tasks=1)
+                   nodes=1, num_processes=2, threads=2, launcher_prefix="srun --nodes=1 --ntasks=1 --cpus-per-task=2")
+    profile["resources"].update(gpu=0, cpus_per_task=1, mem_mb=6000, runtime=30, nodes=1, tasks=2)
+    assert profile["resources"]["mpi"] == "srun"
     profile["train"].update(device="cpu", num_threads=1, precision="fp32", gradient_checkpointing=False,
                             deepspeed_zero_stage=2, dist_backend="gloo", micro_batch=4)
     return profile
@@ -184,7 +193,7 @@ def test_deepspeed_two_processes_launched_inside_a_slurm_job(smoke, capsys):
     hardware = tmp / "hardware"
     hardware.mkdir()
     (hardware / "cpu-ddp.yaml").write_text(yaml.safe_dump(deepspeed_profile()))
-    layer = redirect(tmp, "deepspeed", hardware_dir=str(hardware), seeds=[0], comparisons=[{
+    layer = redirect(tmp, "deepspeed", models="slurm", hardware_dir=str(hardware), seeds=[0], comparisons=[{
         "name": "main", "design": "equal_update", "benchmarks": ["arith"], "hardware": ["cpu-ddp"],
         "grid_s": 1, "t_max_s": 4, "baseline": "grpo-n4-m4", "methods": ["pods-max_variance-n8-m4"],
     }])
@@ -197,7 +206,7 @@ def test_deepspeed_two_processes_launched_inside_a_slurm_job(smoke, capsys):
     for method, n, m in (("grpo-n4-m4", 4, 4), ("pods-max_variance-n8-m4", 8, 4)):
         log = (tmp / f"deepspeed/results/logs/train/arith/cpu-ddp/{method}/seed0.log").read_text()
         assert "| 2 processes" in log  # the trainer's start-up line: one run, two processes
-        assert "srun --nodes=1 --ntasks-per-node=1 torchrun --nnodes 1 --nproc_per_node 2" in text
+        assert "srun --nodes=1 --ntasks=1 --cpus-per-task=2 torchrun --nnodes 1 --nproc_per_node 2" in text
         run = tmp / f"deepspeed/results/runs/arith/cpu-ddp/{method}/seed0"
         assert json.loads((run / "summary.json").read_text())["status"] == "complete"
         # each process generates for half the prompts; the step counts the whole batch
