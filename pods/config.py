@@ -214,7 +214,7 @@ class TrainConfig:
         metadata={"help": "lora: comma-separated module names that get an adapter, or `all-linear`."},
     )
     load_in_4bit: bool = field(
-        default=False, metadata={"help": "lora: reload the base in 4-bit NF4 (bitsandbytes, CUDA) under the adapter."}
+        default=False, metadata={"help": "lora: reload the base in 4-bit NF4 (bitsandbytes, CUDA or CPU) under the adapter."}
     )
     deepspeed_zero_stage: int = field(default=2, metadata={"help": "deepspeed: ZeRO stage 0-3 (paper: 2)."})
     deepspeed_offload_optimizer: bool = field(

@@ -1,7 +1,9 @@
 """`lora` update engine: the `torch` engine training a peft LoRA adapter on a frozen base.
 
 The paper's single-GPU setting (PAPER.md 2.1.3): rank 64, alpha 64 on every attention and MLP
-projection, a 4-bit base (QLoRA-style, bitsandbytes) and 8-bit AdamW. The reference policy is the
+projection, a 4-bit base (QLoRA-style, bitsandbytes) and 8-bit AdamW. bitsandbytes >= 0.50 runs
+both on a CPU as well (tests/test_bnb.py runs the l40s-lora recipe there and lists which of its
+operations use a CPU kernel and which a generic torch fallback). The reference policy is the
 same model with the adapter disabled, so a KL term (beta > 0, the Llama runs) costs no second copy
 of the weights. Checkpoints hold the adapter and the optimiser only: the base never changes.
 """
@@ -32,7 +34,7 @@ class LoraOptions:
         metadata={"help": "Comma-separated module names that get an adapter, or `all-linear` (peft)."},
     )
     load_in_4bit: bool = field(
-        default=False, metadata={"help": "Reload the base in 4-bit NF4 (bitsandbytes, CUDA) and train the adapter on it."}
+        default=False, metadata={"help": "Reload the base in 4-bit NF4 (bitsandbytes; CUDA, or CPU from 0.50) and train the adapter on it."}
     )
     optimizer: str = field(default="adamw", metadata={"help": "`adamw` (torch) or `adamw_8bit` (bitsandbytes, paper)."})
     gradient_checkpointing: bool = field(
@@ -55,7 +57,7 @@ class LoraOptions:
             raise ValueError("config key 'lora_target_modules': must name at least one module")
         for key, needed in (("load_in_4bit", self.load_in_4bit), ("optimizer", self.optimizer == "adamw_8bit")):
             if needed and importlib.util.find_spec("bitsandbytes") is None:
-                raise ValueError(f"config key {key!r} needs bitsandbytes: pip install 'pods[gpu]'")
+                raise ValueError(f"config key {key!r} needs bitsandbytes: pip install 'pods[gpu]' (or 'pods[dev]' on a CPU)")
         return self
 
     @property

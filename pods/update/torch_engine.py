@@ -4,13 +4,19 @@ from __future__ import annotations
 import contextlib
 import copy
 
+import dataclasses
+
 import torch
 from transformers import DynamicCache
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from pods.grpo import policy_loss
 from pods.update.base import UpdateBatch, UpdateEngine
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# The keyword (and output field) of the key/value cache: `cache` in current transformers,
+# `past_key_values` before the rename, which is what vLLM's CPU build pins (transformers 5.19).
+CACHE = "cache" if "cache" in {f.name for f in dataclasses.fields(CausalLMOutputWithPast)} else "past_key_values"
 
 
 def token_logprobs(model, batch: UpdateBatch, *, share_prompts: bool = True) -> torch.Tensor:
@@ -43,15 +49,15 @@ def _shared_prompt_logprobs(model, batch: UpdateBatch, distinct: torch.Tensor, i
     prompt_ids, prompt_mask = distinct[:, :P], distinct[:, P:]
     out = model(
         input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=(prompt_mask.cumsum(1) - 1).clamp(min=0),
-        cache=DynamicCache(), use_cache=True, logits_to_keep=1,
+        use_cache=True, logits_to_keep=1, **{CACHE: DynamicCache()},
     )
-    cache = out.cache
+    cache = getattr(out, CACHE)
     cache.batch_select_indices(inverse)  # each row gets its prompt's keys/values (differentiable)
     first = out.logits[:, -1:, :][inverse]  # predicts the first completion token
     prompt_len = batch.attention_mask[:, :P].sum(dim=1, keepdim=True)
     rest = model(
         input_ids=batch.input_ids[:, P:], attention_mask=batch.attention_mask,
-        position_ids=prompt_len + torch.arange(T, device=prompt_len.device), cache=cache, use_cache=True,
+        position_ids=prompt_len + torch.arange(T, device=prompt_len.device), use_cache=True, **{CACHE: cache},
     ).logits[:, :-1, :]
     return _gather(torch.cat([first, rest], dim=1), batch)
 
