@@ -1,6 +1,7 @@
 """Seconds per optimiser step, by phase: GRPO, PODS and GRPO-GA in our loop, and GRPO and PODS in TRL.
 
     python benchmarks/step_time.py [--base-model models/arith/base] [--steps 8] [--warmup 2]
+                                   [--out costs.json --hardware my-machine]
 
 Our three arms run the real training loop (`pods.trainer.train`, evaluation off the clock) and
 the phase means come from its `steps.jsonl`. TRL runs two arms on the same model, prompts, rewards
@@ -15,11 +16,19 @@ TRL is needed only for its arms: `pip install "torch==<your torch>" -e ".[trl]"`
 TRL rows are skipped with a message. Without a warm-started base model an untrained one of the
 default shape is used: its completions stop at EOS only by chance (most run to `max_new_tokens`),
 alike in both stacks.
+
+`--out FILE` writes the phase-cost file that `pods project --costs FILE` (or the study config's
+`cost_files`) reads: our loop's seconds per step of each arm, by method name, so that the step
+efficiency measured in a study projects onto this machine (docs/verdict.md). Run it with the
+settings of the study you project (prompts per step, micro-batch, completion length) and on a
+machine doing nothing else.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import platform
 import statistics
 import sys
 import tempfile
@@ -31,7 +40,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from pods.config import load_train_config  # noqa: E402
+from pods.config import load_train_config, method_name  # noqa: E402
 from pods.io import read_jsonl  # noqa: E402
 from pods.tasks import get_task  # noqa: E402
 from pods.timing import STEP_PHASES  # noqa: E402
@@ -58,6 +67,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=2,
                    help="measure every arm this many times, interleaved, so that load drift hits all arms alike")
     p.add_argument("--skip-trl", action="store_true")
+    p.add_argument("--out", default=None, help="write a phase-cost file (JSON) for `pods project --costs`")
+    p.add_argument("--hardware", default=platform.node(), help="name of this machine in the cost file")
     return p.parse_args()
 
 
@@ -214,6 +225,18 @@ def main() -> int:
     ga, pods = rows["GRPO-GA n=64"], rows["PODS n=64->16"]
     print(f"ours: PODS step / GRPO step: {pods['step'] / rows['GRPO n=16']['step']:.2f}; "
           f"PODS step / GRPO-GA step: {pods['step'] / ga['step']:.2f}")
+    if args.out:
+        methods = {label: method_name("identity" if n == m else "max_variance", n, m) for label, (n, m) in ARMS.items()}
+        costs = {
+            "hardware": args.hardware, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "s_per_step": {methods[label]: row["step"] for label, row in rows.items()},
+            "phase_s_per_step": {methods[label]: {p: row[p] for p in STEP_PHASES} for label, row in rows.items()},
+            "settings": {"prompts_per_step": args.prompts_per_step, "micro_batch": args.micro_batch,
+                         "max_new_tokens": args.max_new_tokens, "base_model": str(base) if warm else "untrained",
+                         "timed_steps": args.rounds * args.steps},
+        }
+        Path(args.out).write_text(json.dumps(costs, indent=2) + "\n")
+        print(f"phase costs -> {args.out} (pods project --costs {args.out})")
     return 0
 
 
