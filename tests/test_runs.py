@@ -88,7 +88,8 @@ def test_a_finished_run_is_left_untouched(base, tmp_path, capsys):
 def test_a_committed_run_is_refused_whatever_the_command(tmp_path, capsys):
     """The committed runs carry no checkpoint: the trainer must not take them for a failed start."""
     copy = tmp_path / "runs" / "arith" / "cpu" / "grpo-n16-m16" / "seed0"
-    shutil.copytree(COMMITTED_RUN, copy)
+    # as a clone has it: a checkout that trained the study itself also holds the (ignored) checkpoint
+    shutil.copytree(COMMITTED_RUN, copy, ignore=shutil.ignore_patterns("checkpoint"))
     before = snapshot(copy)
     config = copy / "config.yaml"
     # the run's own config (its base model is not even on this machine): nothing to do
@@ -216,7 +217,7 @@ def _as_run_path(tmp_path: Path, run_dir: Path) -> Path:
 @pytest.fixture
 def results_copy(tmp_path):
     copy = tmp_path / "results"
-    shutil.copytree(COMMITTED / "runs", copy / "runs")
+    shutil.copytree(COMMITTED / "runs", copy / "runs", ignore=shutil.ignore_patterns("checkpoint"))
     shutil.copy(COMMITTED / "study.yaml", copy / "study.yaml")
     return copy
 
