@@ -48,7 +48,10 @@ rule analyze:
 PAPER_SUMMARY = config.get("paper_summary")
 if PAPER_SUMMARY and not Path(PAPER_SUMMARY).is_file():
     raise ValueError(f"paper_summary: no file {PAPER_SUMMARY} (`snakemake paper_figures` writes it; null: none)")
-PROJECTION_FILES = [f"{RESULTS}/{name}.{ext}" for name in ("decomposition", "projection") for ext in ("csv", "md")]
+# beside the summary they are computed from, so that a study layered over the default (ablations)
+# never overwrites the default study's tables
+PROJECTION_DIR = str(Path(SUMMARY_CSV).parent)
+PROJECTION_FILES = [f"{PROJECTION_DIR}/{name}.{ext}" for name in ("decomposition", "projection") for ext in ("csv", "md")]
 PROJECTION_FIGURES = [f"{FIGURES}/{name}.{ext}" for name in ("decomposition", "projection") for ext in ("png", "pdf")]
 
 
@@ -69,7 +72,7 @@ rule project:
         from pods.analysis import project
 
         with open(log[0], "w") as fh:
-            written = project(input.summary, params.paper, input.costs, RESULTS, FIGURES)
+            written = project(input.summary, params.paper, input.costs, PROJECTION_DIR, FIGURES)
             print(*written, sep="\n", file=fh)
 
 
