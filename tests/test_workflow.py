@@ -143,6 +143,8 @@ def test_ablations_reuse_the_main_runs(tmp_path):
     assert trained == new
     # Its tables go beside, not over, the default study's.
     assert str(tmp_path / "results/ablations/summary.csv") in proc.stdout
+    assert str(tmp_path / "results/ablations/decomposition.csv") in proc.stdout
+    assert str(tmp_path / "results/decomposition.csv") not in proc.stdout
     for kind in ("n_scaling", "m_scaling", "rule"):
         assert str(tmp_path / f"figures/arith/cpu/{kind}.png") in proc.stdout
 
