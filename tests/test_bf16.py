@@ -15,7 +15,7 @@ import torch
 from pods.config import TrainConfig
 from pods.update.base import UpdateBatch
 from pods.update.torch_engine import TorchUpdateEngine
-from tiny_models import tiny_lm
+from tiny_models import padded_batch, tiny_lm
 
 VOCAB = 48
 LOGPROB_ATOL = 1e-2  # nats; measured about 2e-3 after 4 steps
@@ -24,16 +24,7 @@ KL_REL, KL_ABS = 5e-2, 1e-5  # measured up to 2.2% (4.7e-6)
 
 
 def make_batch(seed: int, rows: int = 8, prompt: int = 6, completion: int = 8) -> UpdateBatch:
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(1, VOCAB, (rows, prompt + completion), generator=g)
-    attention = torch.ones_like(ids)
-    completion_mask = torch.ones(rows, completion, dtype=torch.long)
-    for i in range(rows):
-        attention[i, : i % 3] = 0
-        end = completion - i % 4
-        completion_mask[i, end:] = 0
-        attention[i, prompt + end:] = 0
-    return UpdateBatch(ids, attention, completion_mask)
+    return padded_batch(seed, VOCAB, rows, prompt, completion, left_pad=lambda i: i % 3, cut=lambda i: i % 4)
 
 
 def train(precision: str) -> dict:

@@ -16,7 +16,7 @@ pytest.importorskip("deepspeed")
 from pods.config import TrainConfig  # noqa: E402
 from pods.update.base import UpdateBatch  # noqa: E402
 from pods.update.torch_engine import TorchUpdateEngine  # noqa: E402
-from tiny_models import tiny_lm  # noqa: E402
+from tiny_models import padded_batch, tiny_lm  # noqa: E402
 
 VOCAB = 40
 ROWS = 8  # prompts_per_step 2 x m 4
@@ -27,16 +27,8 @@ def tiny_llama(seed: int = 0):
 
 
 def make_batch(seed: int = 0, prompt: int = 5, completion: int = 6) -> UpdateBatch:
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(1, VOCAB, (ROWS, prompt + completion), generator=g)
-    att = torch.ones_like(ids)
-    cm = torch.ones(ROWS, completion, dtype=torch.long)
-    for i in range(ROWS):
-        att[i, : i % 2] = 0
-        end = completion - (i % 3) * 2  # rows end at different points: token counts differ by shard
-        cm[i, end:] = 0
-        att[i, prompt + end :] = 0
-    return UpdateBatch(ids, att, cm)
+    # rows end at different points: token counts differ by shard
+    return padded_batch(seed, VOCAB, ROWS, prompt, completion, left_pad=lambda i: i % 2, cut=lambda i: (i % 3) * 2)
 
 
 def train_config(stage: int, loss_agg: str) -> TrainConfig:

@@ -17,3 +17,20 @@ def tiny_lm(arch: str, vocab_size: int, *, kv_heads: int = 4, seed: int = 0):
     )
     torch.manual_seed(seed)
     return model_cls(config)
+
+
+def padded_batch(seed: int, vocab: int, rows: int, prompt: int, completion: int, left_pad, cut):
+    """An UpdateBatch of random ids where row i has `left_pad(i)` left-padding tokens and its
+    completion ends `cut(i)` tokens early, so that rows differ in length as real rollouts do."""
+    from pods.update.base import UpdateBatch
+
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, vocab, (rows, prompt + completion), generator=g)
+    attention = torch.ones_like(ids)
+    completion_mask = torch.ones(rows, completion, dtype=torch.long)
+    for i in range(rows):
+        attention[i, : left_pad(i)] = 0
+        end = completion - cut(i)
+        completion_mask[i, end:] = 0
+        attention[i, prompt + end:] = 0
+    return UpdateBatch(ids, attention, completion_mask)
