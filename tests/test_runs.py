@@ -28,11 +28,18 @@ TOY = ["benchmark=first_digit", "n=8", "m=4", "prompts_per_step=4", "max_new_tok
 # `pods train` in a child process, with the toy task of test_trainer registered
 CHILD = textwrap.dedent(
     """
-    import sys
+    import os, sys, time
     sys.path.insert(0, {tests!r})
     import pods.tasks
     from test_trainer import FirstDigit
-    pods.tasks.TASKS["first_digit"] = FirstDigit
+
+    class SlowFirstDigit(FirstDigit):
+        # a step that takes a while, so that a second trainer usually finds the first still at work
+        def reward(self, completion, problem):
+            time.sleep(float(os.environ.get("REWARD_SLEEP_S", "0")))
+            return super().reward(completion, problem)
+
+    pods.tasks.TASKS["first_digit"] = SlowFirstDigit
     from pods.cli import main
     sys.exit(main(["train", "--no-progress", *sys.argv[1:]]))
     """
@@ -169,15 +176,22 @@ def test_a_lock_left_by_a_killed_process_is_taken_over(tmp_path):
 
 @pytest.mark.slow
 def test_two_trainers_racing_for_one_run_directory(base, tmp_path):
+    """Started together, one trains and the other is refused, or (when the first was done before the
+    second looked) finds the run finished; never do both write it."""
     run_dir = tmp_path / "run"
     cmd, env = child(tmp_path, base, run_dir, "max_steps=6")
+    env["REWARD_SLEEP_S"] = "0.01"  # 32 rewards a step: about 2 s of training in all
     procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
     results = [(p.wait(), *p.communicate()) for p in procs]
     codes = sorted(code for code, _, _ in results)
-    assert codes == [0, 2], results
-    loser = next(err for code, _, err in results if code == 2)
-    assert "is being written by pid" in loser and len(loser.strip().splitlines()) == 1
+    finished_already = [out for code, out, _ in results if code == 0 and "finished already (6 steps" in out]
+    if codes == [0, 2]:
+        loser = next(err for code, _, err in results if code == 2)
+        assert "is being written by pid" in loser and len(loser.strip().splitlines()) == 1
+        assert not finished_already, results
+    else:  # the second trainer only looked once the first had released the finished run
+        assert codes == [0, 0] and len(finished_already) == 1, results
     run = runs.read_run(_as_run_path(tmp_path, run_dir))
     assert [s["step"] for s in run.steps] == [1, 2, 3, 4, 5, 6]
     assert [e["step"] for e in run.evals] == [0, 2, 4, 6]
