@@ -41,7 +41,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 import torch  # noqa: E402
 
 from pods.config import load_train_config, method_name  # noqa: E402
-from pods.io import read_jsonl  # noqa: E402
+from pods.runs import read_jsonl  # noqa: E402
 from pods.tasks import get_task  # noqa: E402
 from pods.timing import STEP_PHASES  # noqa: E402
 from pods.trainer import train  # noqa: E402
@@ -95,7 +95,7 @@ def ours(args, base: Path, workdir: Path, n: int, m: int, round_: int) -> list[d
         "max_train_time_s": None, "eval_every_s": None, "eval_items": 8, "checkpoint_every_s": 1e9,
     })
     train(cfg, progress_bar=False)
-    steps = read_jsonl(run_dir / "steps.jsonl")[args.warmup:]
+    steps = read_jsonl(run_dir / "steps.jsonl", finished=True)[args.warmup:]
     return [{**{p: s[f"{p}_s"] for p in STEP_PHASES}, "step": s["step_s"]} for s in steps]
 
 

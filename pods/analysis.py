@@ -14,7 +14,7 @@ Pipeline:
                                     baseline's peak) and `isotonic` (monotone fits, interpolated)
   compare_arms(grid, base, method)  every rule with its per-seed bootstrap interval, the verdict,
                                     and speedup = step efficiency / step-cost ratio
-  summarize(study, evals, steps)    one row per (comparison, target) -> summary.csv
+  summarize_study(study, evals, steps)  one row per (comparison, target) -> summary.csv
   verdict_table(summary)            one row per comparison -> summary.md, the README
 
 Study file (`pods analyze --study FILE`): YAML, either a list of comparisons or a mapping with a
@@ -49,7 +49,7 @@ import yaml
 
 from pods import runs as runfiles
 from pods.config import parse_method
-from pods.io import atomic_write_text
+from pods.atomic import atomic_write_text
 
 RUN_KEYS = ["benchmark", "hardware", "method", "seed"]
 EVAL_COLUMNS = RUN_KEYS + ["step", "train_time_s", "eval_set", "accuracy", "mean_length"]
@@ -616,9 +616,9 @@ def check_same_start(comp: Mapping, summaries: pd.DataFrame | None, base: pd.Dat
                          f"start from different base models ({detail}); train them all from one (a fresh results_dir)")
 
 
-def summarize(study: Sequence[Mapping], evals: pd.DataFrame, steps: pd.DataFrame | None = None,
-              summaries: pd.DataFrame | None = None, n_boot: int = 2000, seed: int = 0,
-              how: str = "nearest") -> pd.DataFrame:
+def summarize_study(study: Sequence[Mapping], evals: pd.DataFrame, steps: pd.DataFrame | None = None,
+                    summaries: pd.DataFrame | None = None, n_boot: int = 2000, seed: int = 0,
+                    how: str = "nearest") -> pd.DataFrame:
     """One row per (comparison, target): every rule of docs/verdict.md with its interval, verdict
     and decomposition; times in seconds, accuracies in [0, 1]."""
     times = step_time_table(steps, summaries)
@@ -853,13 +853,9 @@ def projection_table(ours: pd.DataFrame, sources: Sequence[Mapping],
 # --------------------------------------------------------------------------------------------
 # Writing results
 # --------------------------------------------------------------------------------------------
-def write_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write text to `path` atomically (temp file in the same folder, fsync, os.replace)."""
-    atomic_write_text(path, text)
-
-
 def write_csv(df: pd.DataFrame, path: str | os.PathLike) -> None:
-    write_atomic(path, df.to_csv(index=False))
+    """`df` as CSV without the index, atomically (`pods.atomic`)."""
+    atomic_write_text(path, df.to_csv(index=False))
 
 
 # --------------------------------------------------------------------------------------------
@@ -868,10 +864,10 @@ def write_csv(df: pd.DataFrame, path: str | os.PathLike) -> None:
 def _cmd_analyze(args: argparse.Namespace) -> int:
     study = load_study(args.study)
     tables = load_runs(args.runs)
-    table = summarize(study, tables.evals, tables.steps, tables.summaries, n_boot=args.n_boot, seed=args.seed)
+    table = summarize_study(study, tables.evals, tables.steps, tables.summaries, n_boot=args.n_boot, seed=args.seed)
     out = Path(args.out)
     write_csv(table, out)
-    write_atomic(out.with_suffix(".md"), summary_markdown(table))
+    atomic_write_text(out.with_suffix(".md"), summary_markdown(table))
     print(to_markdown(verdict_table(table)), end="")
     return 0
 
@@ -890,7 +886,7 @@ def project(summary: str | os.PathLike, paper: str | os.PathLike | None, costs: 
             ("projection", projection, "PROJECTIONS, not measurements: our step efficiency / another machine's "
                                        "step-cost ratio")):
         write_csv(table, out_dir / f"{name}.csv")
-        write_atomic(out_dir / f"{name}.md", f"## {heading} (docs/verdict.md)\n\n" + to_markdown(table))
+        atomic_write_text(out_dir / f"{name}.md", f"## {heading} (docs/verdict.md)\n\n" + to_markdown(table))
         written += [out_dir / f"{name}.csv", out_dir / f"{name}.md"]
     if figures_dir is not None:
         from pods import plots

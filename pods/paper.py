@@ -57,7 +57,7 @@ import yaml
 from pods import analysis, plots
 from pods import runs as runfiles
 from pods.config import method_name, parse_method
-from pods.io import atomic_write_bytes
+from pods.atomic import atomic_write_bytes, atomic_write_text, write_json, write_yaml
 
 RELEASE_REPO = "YixuanEvenXu/pods"
 RELEASE_COMMIT = "187f43b648f69385103029c2dd0934521e17bb71"
@@ -205,7 +205,7 @@ def download_release(dest: str | os.PathLike, manifest: Mapping, url: str | None
                 raise ValueError(f"{name}: sha256 {got} does not match the manifest's {expected}")
             atomic_write_bytes(target, data)
         sums.append(f"{sha256_file(target)}  {name}")
-    analysis.write_atomic(dest / "SHA256SUMS", "\n".join(sums) + "\n")
+    atomic_write_text(dest / "SHA256SUMS", "\n".join(sums) + "\n")
     return dest
 
 
@@ -303,9 +303,9 @@ def _write_run(run_dir: Path, records: list[dict], summary: dict, config: dict) 
     except runfiles.RunFileError as exc:
         raise runfiles.RunFileError(f"{exc} (imported from {summary['source']})") from None
     lines = "".join(json.dumps(r, allow_nan=False) + "\n" for r in records)
-    analysis.write_atomic(run_dir / "evals.jsonl", lines)
-    analysis.write_atomic(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
-    analysis.write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    atomic_write_text(run_dir / "evals.jsonl", lines)
+    write_yaml(run_dir / "config.yaml", config)
+    write_json(run_dir / "summary.json", summary)
 
 
 def read_wandb_export(path: Path) -> dict[tuple, pd.DataFrame]:
@@ -473,7 +473,7 @@ def import_release(src: str | os.PathLike, out: str | os.PathLike) -> dict:
         report["notes"] += notes
         report["imported"][name] = {"benchmark": "gsm8k", "hardware": cluster.hardware,
                                     "runs": [str(p.relative_to(out)) for p in run_dirs]}
-    analysis.write_atomic(out / "import_report.json", json.dumps(report, indent=2) + "\n")
+    write_json(out / "import_report.json", report)
     return report
 
 
@@ -630,7 +630,7 @@ def paper_summary(evals: pd.DataFrame, summaries: pd.DataFrame, n_boot: int = 20
     study = paper_study(evals)
     if not study:
         return pd.DataFrame(columns=analysis.SUMMARY_COLUMNS)
-    return analysis.summarize(study, evals, None, summaries, n_boot=n_boot)
+    return analysis.summarize_study(study, evals, None, summaries, n_boot=n_boot)
 
 
 SPEEDUP_COLUMNS = ["setting", "target_rule", "target", "target_accuracy", "t_grpo", "t_pods", "speedup",
@@ -739,7 +739,7 @@ def build_paper_outputs(runs_root: str | os.PathLike, out_dir: str | os.PathLike
     ablations = ablation_table(evals, summaries)
     tables = Path(tables_dir or out_dir)
     analysis.write_csv(summary, tables / "summary.csv")
-    analysis.write_atomic(tables / "summary.md", analysis.summary_markdown(summary) if len(summary) else "")
+    atomic_write_text(tables / "summary.md", analysis.summary_markdown(summary) if len(summary) else "")
     analysis.write_csv(speedups, tables / "speedups.csv")
     analysis.write_csv(ablations, tables / "ablations.csv")
     curves_table = pd.concat(curve_rows, ignore_index=True) if curve_rows else pd.DataFrame()
@@ -766,7 +766,7 @@ def _cmd_manifest(args) -> int:
               f"# figures use, made by `pods paper manifest --src {args.src}`.\n"
               f"# null: absent from that local copy ({len(absent)} files); such files are downloaded without\n"
               f"# a pinned checksum and their sha256 is recorded in <dest>/SHA256SUMS.\n")
-    analysis.write_atomic(args.out, header + yaml.safe_dump({"release": manifest}, sort_keys=False))
+    atomic_write_text(args.out, header + yaml.safe_dump({"release": manifest}, sort_keys=False))
     print(f"{len(manifest['files']) - len(absent)} pinned, {len(absent)} unpinned -> {args.out}")
     return 0
 

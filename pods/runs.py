@@ -2,13 +2,18 @@
 
 A run directory (`{results}/runs/{benchmark}/{hardware}/{method}/seed{seed}/`, docs/contracts.md)
 is written by exactly one trainer process at a time and read by the analysis, the plots and the
-paper importer. This module holds the two sides of that contract:
+paper importer. This module owns the run files and holds both sides of that contract:
 
 - `RunLock`: the trainer's exclusive lock on its run directory, held for the run's whole life.
   It is a `flock` on `<run>/.lock`, so the kernel releases it when the holder dies, even by
   kill -9: a later trainer takes the lock over and says whose it was. The file records the
   holder's host and PID so that a second writer can name it. (On a cluster the run directories
   must be on a file system with working `flock`, as NFSv4 and Lustre mounted with `flock` are.)
+- `append_jsonl` / `read_jsonl` / `truncate_jsonl`: the JSONL logs, appended one whole line per
+  write (flushed and fsync'd) and read by one reader with one rule for a last line cut short by
+  a kill: a trainer resuming the run drops it (`finished=False`), a reader of a finished run
+  refuses it (`finished=True`, a RunFileError naming file:line). Whole files (summary.json,
+  config.yaml) are replaced atomically through `pods.atomic`.
 - `read_run` / `check_*`: the run schema, checked on every read. A violation raises
   `RunFileError` naming the file, the line and the rule broken, so a corrupt, interleaved or
   half-written run stops the analysis instead of becoming a number in a table.
@@ -26,14 +31,22 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+from pods.atomic import atomic_write_text
 from pods.config import parse_method
 
 LOCK_FILE = ".lock"
 RUN_FILES = ("steps.jsonl", "evals.jsonl", "summary.json")  # what a run has produced
 STATUSES = ("running", "complete", "failed")
 STEP_PHASES = ("generate", "reward", "select", "logprob", "update")
+# Where a run lives under a study's runs folder; `run_key` reads the components back.
+RUN_LAYOUT = "{benchmark}/{hardware}/{method}/seed{seed}"
+
+
+def run_path(runs_dir: str, **key: Any) -> str:
+    """`{runs_dir}/{benchmark}/{hardware}/{method}/seed{seed}` (as text: Snakemake patterns use it too)."""
+    return f"{runs_dir}/{RUN_LAYOUT.format(**key)}"
 
 
 class RunDirError(ValueError):
@@ -129,18 +142,43 @@ def produced_files(run_dir: str | os.PathLike) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------
-# Reading, strictly
+# The JSONL logs: appended by the trainer, read by everyone
 # --------------------------------------------------------------------------------------------
-def read_records(path: str | os.PathLike) -> list[tuple[int, dict]]:
-    """(line number, record) of every line of a finished .jsonl file; anything malformed, a
-    torn last line included, is a RunFileError naming the line (a resumed trainer cuts a torn
-    line away with `pods.io.read_jsonl`; a reader of results never guesses)."""
-    records = []
+def append_jsonl(path: str | os.PathLike, record: dict) -> None:
+    """Append one record as one line, durably (a single write of the whole line, then fsync)."""
+    line = (json.dumps(record) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_jsonl_numbered(path: str | os.PathLike, *, finished: bool) -> list[tuple[int, dict]]:
+    """(line number, record) of every record of a .jsonl run log; the one reader of run logs.
+
+    Every line is one JSON object ended by a newline; blank lines are skipped, and a line that is
+    not a JSON object is a RunFileError naming `file:line`. A last line without its newline is a
+    write cut short by a kill. Who reads decides what that means, with `finished`:
+    - `finished=False`, the trainer resuming (or a watcher of) a run still being written: the cut
+      line is dropped (the resumed trainer writes that record again), and a log not yet created
+      has no records;
+    - `finished=True`, a reader of a finished run (`read_run`, the analysis, the tests): the cut
+      line is a RunFileError naming `file:line`, and a missing file is a FileNotFoundError. A
+      reader of results never guesses.
+    """
+    path = Path(path)
+    if not finished and not path.exists():
+        return []
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    if text and not text.endswith("\n"):
-        raise RunFileError(f"{path}:{text.count(chr(10)) + 1}: the last line is cut short (no newline)")
-    for lineno, line in enumerate(text.splitlines(), 1):
+    lines = text.split("\n")  # the piece after the last newline is empty, or a cut line
+    if lines[-1]:
+        if finished:
+            raise RunFileError(f"{path}:{len(lines)}: the last line is cut short (no newline)")
+    records = []
+    for lineno, line in enumerate(lines[:-1], 1):
         if not line.strip():
             continue
         try:
@@ -153,6 +191,22 @@ def read_records(path: str | os.PathLike) -> list[tuple[int, dict]]:
     return records
 
 
+def read_jsonl(path: str | os.PathLike, *, finished: bool) -> list[dict]:
+    """The records of a .jsonl run log, by the rule of `read_jsonl_numbered`."""
+    return [record for _, record in read_jsonl_numbered(path, finished=finished)]
+
+
+def truncate_jsonl(path: str | os.PathLike, keep: Callable[[dict], bool]) -> int:
+    """Rewrite the log `path` of a run being resumed atomically with the records for which `keep`
+    is true (a cut last line goes too); returns how many."""
+    records = [r for r in read_jsonl(path, finished=False) if keep(r)]
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records))
+    return len(records)
+
+
+# --------------------------------------------------------------------------------------------
+# Checking, strictly
+# --------------------------------------------------------------------------------------------
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -357,9 +411,9 @@ def read_run(run_dir: str | os.PathLike) -> Run:
         summary = json.loads(paths["summary.json"].read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise RunFileError(f"{paths['summary.json']}: not valid JSON ({exc.msg})") from None
-    eval_records = read_records(paths["evals.jsonl"])
+    eval_records = read_jsonl_numbered(paths["evals.jsonl"], finished=True)
     check_evals(eval_records, str(paths["evals.jsonl"]), base=summary.get("base_evaluation", True) is not False)
-    step_records = read_records(paths["steps.jsonl"]) if paths["steps.jsonl"].exists() else []
+    step_records = read_jsonl_numbered(paths["steps.jsonl"], finished=True) if paths["steps.jsonl"].exists() else []
     check_steps(step_records, str(paths["steps.jsonl"]))
     evals, steps = [r for _, r in eval_records], [r for _, r in step_records]
     check_summary(summary, evals, steps, key, str(paths["summary.json"]))

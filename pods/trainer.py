@@ -18,6 +18,7 @@ checkpoint kept.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import os
@@ -29,19 +30,21 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from pods import io
+from pods.atomic import atomic_write_bytes, read_yaml, write_json, write_yaml
+from pods.batches import Rollouts, UpdateBatch
 from pods.config import TrainConfig, config_help, load_train_config
+from pods.distributed import all_sum, barrier, gather_batch, world
 from pods.evaluation import EvalSet, evaluate
 from pods.grpo import kept_advantages
 from pods.rollout import make_rollout_engine
-from pods.rollout.base import Rollouts, encode_prompts
-from pods.runs import RUN_FILES, RunDirError, RunFailed, RunLock, build_summary, describe_holder, produced_files
+from pods.rollout.base import encode_prompts
+from pods.runs import (RUN_FILES, RunDirError, RunFailed, RunLock, append_jsonl, build_summary, describe_holder,
+                       produced_files, read_jsonl, truncate_jsonl)
 from pods.selection import select
 from pods.timing import Heartbeat, PhaseTimer, TrainClock
-from pods.update import UpdateBatch, make_update_engine
+from pods.update import make_update_engine
 
 CHECKPOINT = "checkpoint/state.pt"
 # Keys that may differ when a run is started again: a larger budget extends a finished run, and a
@@ -53,29 +56,8 @@ RESUMABLE_CHANGES = {"max_train_time_s", "max_steps", "run_dir"}
 # A multi-process update engine (deepspeed) starts torch.distributed. Each process then generates,
 # scores and selects for its own share of the step's prompts (generation is the parallel phase),
 # the kept rollouts are gathered, and the engine splits the update over the processes again.
-# Process 0 alone writes the run files; each process keeps its own checkpoint.
-def world() -> tuple[int, int]:
-    """(rank, world size); (0, 1) outside a distributed run."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def all_sum(values: list[float]) -> list[float]:
-    """Element-wise sum over processes (identity in one process)."""
-    if world()[1] == 1:
-        return values
-    nccl = dist.get_backend() == "nccl"
-    t = torch.tensor(values, dtype=torch.float64, device=torch.cuda.current_device() if nccl else "cpu")
-    dist.all_reduce(t)
-    return t.tolist()
-
-
-def barrier() -> None:
-    if world()[1] > 1:
-        dist.barrier()
-
-
+# Process 0 alone writes the run files; each process keeps its own checkpoint. The helpers
+# (world, all_sum, barrier, gather_batch) are pods.distributed's.
 def checkpoint_path(run_dir: Path) -> Path:
     rank, size = world()
     return run_dir / (CHECKPOINT if size == 1 else CHECKPOINT.replace(".pt", f"-rank{rank}.pt"))
@@ -153,17 +135,15 @@ def set_rng_state(state: dict) -> None:
 
 
 def save_checkpoint(run_dir: Path, updater, progress: Progress) -> None:
-    import io as _bytes
-
-    buffer = _bytes.BytesIO()
+    buffer = io.BytesIO()
     torch.save({"engine": updater.state_dict(), "progress": vars(progress), "rng": rng_state()}, buffer)
-    io.atomic_write_bytes(checkpoint_path(run_dir), buffer.getvalue())
+    atomic_write_bytes(checkpoint_path(run_dir), buffer.getvalue())
 
 
 def saved_config_differences(cfg: TrainConfig, run_dir: Path) -> list[str]:
     """`key=saved, not new` for every key (but a budget) where the run directory's config differs."""
     path = run_dir / "config.yaml"
-    saved = io.read_yaml(path) if path.exists() else {}
+    saved = read_yaml(path) if path.exists() else {}
     return [f"{key}={saved[key]!r}, not {value!r}" for key, value in cfg.to_dict().items()
             if key not in RESUMABLE_CHANGES and key in saved and saved[key] != value]
 
@@ -233,8 +213,8 @@ def resume_or_start(cfg: TrainConfig, run_dir: Path, updater) -> tuple[Progress,
     updater.load_state_dict(state["engine"])
     progress = Progress(**state["progress"])
     if rank == 0:  # what was logged after the checkpoint is done again, identically
-        io.truncate_jsonl(run_dir / "steps.jsonl", lambda r: r["step"] <= progress.step)
-        io.truncate_jsonl(run_dir / "evals.jsonl", lambda r: r["step"] <= progress.last_eval_step)
+        truncate_jsonl(run_dir / "steps.jsonl", lambda r: r["step"] <= progress.step)
+        truncate_jsonl(run_dir / "evals.jsonl", lambda r: r["step"] <= progress.last_eval_step)
     barrier()
     return progress, state["rng"]
 
@@ -267,14 +247,19 @@ def run_identity(cfg: TrainConfig) -> dict:
             "micro_batch": cfg.micro_batch, "grad_accum": cfg.grad_accum}
 
 
-def summarize(cfg: TrainConfig, run_dir: Path, progress: Progress, status: str, **extra) -> dict:
-    """Write summary.json from the logs on disk (`pods.runs.build_summary`) and return it."""
+def write_summary(cfg: TrainConfig, run_dir: Path, progress: Progress, status: str, **extra) -> dict:
+    """Write summary.json from the logs on disk (`pods.runs.build_summary`) and return it.
+
+    The logs are read as a run being written (`finished=False`): this runs at every checkpoint
+    and on a failure, while the run is still this process's.
+    """
     summary = build_summary(
-        run_identity(cfg), io.read_jsonl(run_dir / "evals.jsonl"), io.read_jsonl(run_dir / "steps.jsonl"),
+        run_identity(cfg), read_jsonl(run_dir / "evals.jsonl", finished=False),
+        read_jsonl(run_dir / "steps.jsonl", finished=False),
         status=status, steps=progress.step, train_time_s=progress.train_s, wall_time_s=progress.wall_s,
         eval_s=progress.eval_s, checkpoint_s=progress.checkpoint_s, **extra,
     )
-    io.write_json(run_dir / "summary.json", summary)
+    write_json(run_dir / "summary.json", summary)
     return summary
 
 
@@ -361,7 +346,7 @@ def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every
                               f"{origin['base_model_sha256'][:12]} at {cfg.model_path()}); use another run_dir, or "
                               "--restart to train it again from this one")
         failed = previous.get("failure") if previous.get("status") == "failed" else None
-        io.write_yaml(run_dir / "config.yaml", cfg.to_dict())
+        write_yaml(run_dir / "config.yaml", cfg.to_dict())
         print(startup_lines(cfg) + (f" | {size} processes" if size > 1 else "")
               + (f" | resuming at step {state.step}" if state.step else "")
               + (f" (the last attempt failed at step {failed['step']}: {failed['reason']})" if failed else ""),
@@ -385,7 +370,7 @@ def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every
         seconds = timer.take("eval")
         state.eval_s += seconds
         if lead:
-            io.append_jsonl(run_dir / "evals.jsonl", record | result | {"eval_s": round(seconds, 4)})
+            append_jsonl(run_dir / "evals.jsonl", record | result | {"eval_s": round(seconds, 4)})
             if not progress_bar:  # a log file gets one line per evaluation instead of a bar
                 print(f"step {state.step} | train {record['train_time_s']:.1f} s | accuracy {result['accuracy']:.3f} "
                       f"| mean length {result['mean_length']:.1f}", flush=True)
@@ -398,7 +383,7 @@ def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every
             state.train_s, state.wall_s, state.data_position = clock.train, clock.wall, prompts.position
             save_checkpoint(run_dir, updater, state)
             barrier()
-            summary = summarize(cfg, run_dir, state, status, provenance=origin) if lead else None
+            summary = write_summary(cfg, run_dir, state, status, provenance=origin) if lead else None
         state.checkpoint_s += timer.take("checkpoint")  # counted from the next checkpoint on
         checkpoint_step = state.step
         return summary
@@ -424,7 +409,7 @@ def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every
             accuracy = run_eval()["accuracy"]  # the base model, at train_time_s == 0
             state.next_eval_s = cfg.eval_every_s or 0.0
         else:
-            accuracy = io.read_jsonl(run_dir / "evals.jsonl")[-1]["accuracy"]
+            accuracy = read_jsonl(run_dir / "evals.jsonl", finished=False)[-1]["accuracy"]
         while not budget_spent(cfg, state.step, train_time()):
             doing = f"step {state.step + 1}"
             step_start = clock.train
@@ -442,8 +427,6 @@ def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every
                 batch = UpdateBatch.from_rollouts(rollouts, kept_rows(kept, cfg.n), tokenizer.pad_token_id)
                 advantages = kept_advantages(rewards, kept, normalize_over=cfg.normalize_over, scale=cfg.scale_rewards).flatten()
                 if size > 1:  # the whole step's kept rollouts on every process; the engine splits the update
-                    from pods.update.deepspeed_engine import gather_batch
-
                     batch, advantages = gather_batch(batch, advantages, tokenizer.pad_token_id)
             # 3. One gradient step per generated batch: the sampling policy is the current one, so the
             # "old" log-probs come detached from the update's own forward pass (old_logprobs=None), and
@@ -474,7 +457,7 @@ def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every
                 **metrics,
             }
             if lead:
-                io.append_jsonl(run_dir / "steps.jsonl", record)
+                append_jsonl(run_dir / "steps.jsonl", record)
 
             # 4. evaluation and checkpoints on their schedules, off the training clock
             now = train_time()
@@ -504,8 +487,9 @@ def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every
         reason = f"{exc} (during {doing})"
         state.train_s, state.wall_s = clock.train, clock.wall
         if lead:
-            summarize(cfg, run_dir, state, "failed", provenance=origin, failure={"step": state.step + 1 if doing.startswith("step") else state.step,
-                                                              "reason": reason, "checkpoint_step": checkpoint_step})
+            failed_step = state.step + 1 if doing.startswith("step") else state.step
+            write_summary(cfg, run_dir, state, "failed", provenance=origin,
+                          failure={"step": failed_step, "reason": reason, "checkpoint_step": checkpoint_step})
         raise RunFailed(f"{run_dir}: stopped: {reason}; summary.json records the failure and the last good "
                         f"checkpoint (step {checkpoint_step}) is kept") from None
     bar.close()

@@ -276,12 +276,12 @@ def make_study_runs(root: Path) -> None:
                   steps=[(1.5, 1.0, 3.0), (1.7, 1.0, 3.2)])
 
 
-def test_summarize_gives_every_rule_step_times_and_phases(tmp_path):
+def test_summarize_study_gives_every_rule_step_times_and_phases(tmp_path):
     make_study_runs(tmp_path)
     study = [{"name": "main", "benchmark": "arith", "hardware": "cpu", "design": "equal_update",
               "baseline": "grpo-n4-m4", "method": "pods-max_variance-n16-m4", "seeds": [0, 1, 2]}]
     tables = analysis.load_runs(tmp_path)
-    table = analysis.summarize(study, tables.evals, tables.steps, n_boot=100)
+    table = analysis.summarize_study(study, tables.evals, tables.steps, n_boot=100)
     assert list(zip(table["target_rule"], table["target"])) == [
         ("paper", "0.99"), ("paper", "1.00"), ("isotonic", "0.99"), ("equal_time", "half"), ("equal_time", "end")]
     r99, r100 = table.iloc[0], table.iloc[1]
@@ -296,7 +296,7 @@ def test_summarize_gives_every_rule_step_times_and_phases(tmp_path):
     for column in ["benchmark", "hardware", "design", "baseline", "method", "ci_low", "ci_high", "peak_method",
                    "verdict", "seeds_to_decide", "step_efficiency"]:
         assert column in table.columns
-    only_two = analysis.summarize([{**study[0], "seeds": [0, 1]}], tables.evals, n_boot=10)
+    only_two = analysis.summarize_study([{**study[0], "seeds": [0, 1]}], tables.evals, n_boot=10)
     assert set(only_two["n_seeds_baseline"]) == {2}
 
 

@@ -60,7 +60,8 @@ def _worker(rank, world, port, out, run_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
     torch.set_num_threads(1)
-    from pods.update.deepspeed_engine import DeepSpeedUpdateEngine, full_weights
+    from pods.distributed import full_weights
+    from pods.update.deepspeed_engine import DeepSpeedUpdateEngine
 
     for stage, loss_agg in SETTINGS:  # one process group for every setting: start-up is the cost
         engine = DeepSpeedUpdateEngine(model=tiny_llama(), config=train_config(stage, loss_agg))

@@ -37,10 +37,8 @@ def make_batch(rows: int = 8, prompt: int = 6, completion: int = 7, seed: int = 
 
 
 def train_config(**extra) -> TrainConfig:
-    cfg = TrainConfig(lr=1e-2, micro_batch=4, max_grad_norm=0.0, weight_decay=0.0)
-    for key, value in extra.items():  # engine options are plain attributes of the config object
-        setattr(cfg, key, value)
-    return cfg
+    # engine options are TrainConfig fields like any other (not validated here: the engine checks them)
+    return TrainConfig(lr=1e-2, micro_batch=4, max_grad_norm=0.0, weight_decay=0.0, **extra)
 
 
 def lora_config(**extra) -> TrainConfig:
@@ -112,7 +110,7 @@ def test_checkpoint_holds_the_adapter_only_and_resumes_exactly():
 def test_options_and_bad_input():
     opts = LoraOptions.from_config(lora_config())
     assert (opts.lora_rank, opts.lora_alpha, opts.target_modules) == (4, 8, ["q_proj", "v_proj", "up_proj"])
-    paper = LoraOptions()
+    paper = LoraOptions.from_config(TrainConfig())  # TrainConfig's defaults are the paper's recipe
     assert (paper.lora_rank, paper.lora_alpha) == (64, 64) and len(paper.target_modules) == 7
     with pytest.raises(ValueError, match="lora_rank"):
         LoraOptions.from_config(train_config(lora_rank=0))
@@ -123,5 +121,8 @@ def test_options_and_bad_input():
             LoraOptions.from_config(train_config(optimizer="adamw_8bit"))
         with pytest.raises(ValueError, match="bitsandbytes"):
             LoraUpdateEngine(model=tiny_qwen2(), config=lora_config(load_in_4bit=True))
-    # every option is documented where it lives
-    assert all(f.metadata.get("help") for f in dataclasses.fields(LoraOptions))
+    # every option is a TrainConfig field, with that field's default and help (stated there only)
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    for f in dataclasses.fields(LoraOptions):
+        assert (f.default, dict(f.metadata)) == (fields[f.name].default, dict(fields[f.name].metadata)), f.name
+        assert f.metadata.get("help"), f.name

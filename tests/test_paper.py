@@ -24,7 +24,7 @@ import yaml
 
 from pods import analysis, paper
 from pods.cli import main as pods_main
-from pods.io import read_jsonl
+from pods.runs import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "paper"
@@ -61,7 +61,7 @@ def test_fixture_import_reports_what_is_missing_and_what_was_left_out(fixture_ru
 def test_llama_runs_use_both_acc_ten_minute_checkpoints_and_the_llama_base(fixture_runs):
     out, _ = fixture_runs
     run = out / "runs" / "gsm8k-llama" / "l40s-lora" / "grpo-n16-m16" / "seed3"
-    rows = read_jsonl(run / "evals.jsonl")
+    rows = read_jsonl(run / "evals.jsonl", finished=True)
     assert [r["train_time_s"] for r in rows] == [600.0 * k for k in range(13)]
     assert rows[0]["step"] == 0 and rows[0]["accuracy"] == pytest.approx(0.04)  # base-llama.json
     assert rows[0]["ans_acc"] == pytest.approx(0.24)
@@ -129,7 +129,7 @@ def test_a100_step_time_is_the_authors_formula_on_the_wandb_step(fixture_runs):
     for method, ga in (("grpo-n32-m32", 16), ("pods-max_variance-n128-m32", 4)):
         steps = []
         for run_dir in (out / "runs" / "gsm8k" / "a100x8-zero2" / method).iterdir():
-            rows = read_jsonl(run_dir / "evals.jsonl")
+            rows = read_jsonl(run_dir / "evals.jsonl", finished=True)
             nearest = min(rows, key=lambda r: abs(r["train_time_s"] - 1800))
             steps.append(nearest["wandb_step"])
             # the optimiser steps inferred from the log-call counts are the fixture's own
@@ -387,7 +387,7 @@ def test_the_analysis_summary_of_the_imported_runs_gives_the_same_speedups(relea
               "method": "pods-max_variance-n64-m16", "eval_set": "gsm8k", "grid_s": 1800, "t_max_s": 21600},
              {"benchmark": "gsm8k", "hardware": "h100x8-zero2", "design": "equal_generation",
               "baseline": "grpo-n32-m32", "method": "pods-max_variance-n128-m32", "grid_s": 120, "t_max_s": 1800}]
-    table = analysis.summarize(study, release_tables["evals"], None, release_tables["summaries"], n_boot=200)
+    table = analysis.summarize_study(study, release_tables["evals"], None, release_tables["summaries"], n_boot=200)
     table = table.set_index(["hardware", "target_rule", "target"])
     assert table.loc[("l40s-lora", "paper", "0.99"), "speedup"] == pytest.approx(2.0)
     assert table.loc[("l40s-lora", "paper", "1.00"), "speedup"] == pytest.approx(1.6)

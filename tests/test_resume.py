@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pods.io import append_jsonl, read_jsonl, truncate_jsonl
+from pods.runs import RunFileError, append_jsonl, read_jsonl, truncate_jsonl
 
 TESTS = Path(__file__).parent
 
@@ -67,14 +67,14 @@ def test_killed_run_resumes_to_the_uninterrupted_curve(base, tmp_path, monkeypat
     steps_file = tmp_path / "killed" / "steps.jsonl"
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        while len(read_jsonl(steps_file)) < 6:
+        while len(read_jsonl(steps_file, finished=False)) < 6:
             assert proc.poll() is None, "the run ended before it could be killed"
             time.sleep(0.01)
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    killed_at = len(read_jsonl(steps_file))
+    killed_at = len(read_jsonl(steps_file, finished=False))
     assert killed_at < 15
 
     result = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -82,29 +82,38 @@ def test_killed_run_resumes_to_the_uninterrupted_curve(base, tmp_path, monkeypat
     assert "resuming at step" in result.stdout
 
     def pick(path, keys):
-        return [{k: r[k] for k in keys} for r in read_jsonl(path)]
+        return [{k: r[k] for k in keys} for r in read_jsonl(path, finished=True)]
 
     straight, resumed = tmp_path / "straight", tmp_path / "killed"
     assert pick(resumed / "evals.jsonl", EVAL_KEYS) == pick(straight / "evals.jsonl", EVAL_KEYS)
     assert pick(resumed / "steps.jsonl", STEP_KEYS) == pick(straight / "steps.jsonl", STEP_KEYS)
-    assert [e["step"] for e in read_jsonl(resumed / "evals.jsonl")] == list(range(0, 16, 3))
-    assert len({e["accuracy"] for e in read_jsonl(straight / "evals.jsonl")}) > 1  # the curve moves
+    assert [e["step"] for e in read_jsonl(resumed / "evals.jsonl", finished=True)] == list(range(0, 16, 3))
+    assert len({e["accuracy"] for e in read_jsonl(straight / "evals.jsonl", finished=True)}) > 1  # the curve moves
     # training time keeps counting from the checkpoint instead of restarting at 0
-    times = [s["train_time_s"] for s in read_jsonl(resumed / "steps.jsonl")]
+    times = [s["train_time_s"] for s in read_jsonl(resumed / "steps.jsonl", finished=True)]
     assert times == sorted(times)
 
 
-def test_jsonl_reader_ignores_a_torn_last_line_and_truncation_is_exact(tmp_path):
+def test_jsonl_reader_drops_a_torn_last_line_on_resume_refuses_it_when_finished_and_truncation_is_exact(tmp_path):
     path = tmp_path / "x.jsonl"
+    assert read_jsonl(path, finished=False) == []  # a log not written yet
+    with pytest.raises(FileNotFoundError):
+        read_jsonl(path, finished=True)
     for step in range(5):
         append_jsonl(path, {"step": step})
     with open(path, "a") as f:
         f.write('{"step": 5, "acc')  # a write cut short by a crash
-    assert [r["step"] for r in read_jsonl(path)] == [0, 1, 2, 3, 4]
+    assert [r["step"] for r in read_jsonl(path, finished=False)] == [0, 1, 2, 3, 4]
+    with pytest.raises(RunFileError, match=r"x\.jsonl:6: the last line is cut short"):
+        read_jsonl(path, finished=True)
     assert truncate_jsonl(path, lambda r: r["step"] <= 2) == 3
     assert path.read_text() == '{"step": 0}\n{"step": 1}\n{"step": 2}\n'
     append_jsonl(path, {"step": 3})
-    assert [r["step"] for r in read_jsonl(path)] == [0, 1, 2, 3]
+    assert [r["step"] for r in read_jsonl(path, finished=True)] == [0, 1, 2, 3]
+    with open(path, "a") as f:
+        f.write('{"step": 4, "acc\n')  # a complete line that is not JSON is never skipped
+    with pytest.raises(RunFileError, match=r"x\.jsonl:5: not valid JSON"):
+        read_jsonl(path, finished=False)
 
 
 @pytest.mark.slow
@@ -127,10 +136,10 @@ def test_two_processes_train_and_resume(base, tmp_path):
         result = subprocess.run(cmd, env=env, capture_output=True, text=True)
         assert result.returncode == 0, result.stderr[-3000:]
     assert "2 processes | resuming at step 4" in result.stdout
-    steps = read_jsonl(run_dir / "steps.jsonl")
+    steps = read_jsonl(run_dir / "steps.jsonl", finished=True)
     assert [s["step"] for s in steps] == [1, 2, 3, 4, 5, 6]
     # counts are the whole step's, summed over both processes
     assert {(s["rollouts_generated"], s["rollouts_trained"]) for s in steps} == {(4 * 8, 4 * 4)}
     assert sorted(p.name for p in (run_dir / "checkpoint").iterdir()) == ["deepspeed", "state-rank0.pt", "state-rank1.pt"]
-    evals = read_jsonl(run_dir / "evals.jsonl")
+    evals = read_jsonl(run_dir / "evals.jsonl", finished=True)
     assert [e["step"] for e in evals] == [0, 3, 4, 6] and all(e["n_items"] == 64 for e in evals)

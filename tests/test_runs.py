@@ -15,7 +15,7 @@ import pytest
 
 import pods.tasks
 from pods import analysis, cli, runs
-from pods.io import read_jsonl
+from pods.runs import read_jsonl
 
 TESTS = Path(__file__).parent
 REPO = TESTS.parent
@@ -203,7 +203,7 @@ def test_kill_9_and_rerun_takes_the_lock_over_and_resumes(base, tmp_path):
     cmd, env = child(tmp_path, base, run_dir, "max_steps=12")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        while len(read_jsonl(run_dir / "steps.jsonl")) < 4:
+        while len(read_jsonl(run_dir / "steps.jsonl", finished=False)) < 4:
             assert proc.poll() is None
             time.sleep(0.01)
         proc.send_signal(signal.SIGKILL)
@@ -338,14 +338,14 @@ def test_a_diverging_run_stops_as_failed_and_keeps_its_last_good_checkpoint(base
     assert summary["status"] == "failed"
     assert summary["failure"]["step"] == 2 and summary["failure"]["checkpoint_step"] == 1
     assert "non-finite" in summary["failure"]["reason"]
-    assert [s["step"] for s in read_jsonl(run_dir / "steps.jsonl")] == [1]
+    assert [s["step"] for s in read_jsonl(run_dir / "steps.jsonl", finished=True)] == [1]
     import torch
 
     saved = torch.load(run_dir / "checkpoint" / "state.pt", weights_only=False)
     assert saved["progress"]["step"] == 1
     assert all(torch.isfinite(v).all() for v in saved["engine"]["model"].values() if v.is_floating_point())
     with pytest.raises(runs.RunFileError, match="status is 'failed': non-finite"):
-        runs.check_summary(summary, read_jsonl(run_dir / "evals.jsonl"), [], {"method": summary["method"]}, "summary.json")
+        runs.check_summary(summary, read_jsonl(run_dir / "evals.jsonl", finished=True), [], {"method": summary["method"]}, "summary.json")
 
 
 def test_the_policy_refuses_to_sample_from_non_finite_logits(base):

@@ -8,7 +8,7 @@ import torch
 import pods.tasks
 from pods import cli
 from pods.config import load_train_config
-from pods.io import read_jsonl
+from pods.runs import read_jsonl
 from pods.models import build_char_tokenizer, build_tiny_policy
 from pods.rollout.hf import HFRolloutEngine
 from pods.tasks.base import Problem, Task
@@ -91,7 +91,7 @@ def test_selection_shrinks_the_update_batch(base, tmp_path, monkeypatch):
     monkeypatch.setattr(TorchUpdateEngine, "ref_logprobs", spy_ref)
     cfg = config(base, tmp_path / "run", "n=16", "m=4", "max_steps=3", "beta=0.04")
     train(cfg, progress_bar=False)
-    steps = read_jsonl(tmp_path / "run" / "steps.jsonl")
+    steps = read_jsonl(tmp_path / "run" / "steps.jsonl", finished=True)
     assert [s["step"] for s in steps] == [1, 2, 3]
     assert [(s["rollouts_generated"], s["rollouts_trained"]) for s in steps] == [(64, 16)] * 3
     # the update and the reference pass see m rollouts per prompt, and the logged count is theirs
@@ -121,7 +121,7 @@ def test_several_groups_per_prompt_are_selected_and_normalised_apart(base, tmp_p
     cfg = config(base, tmp_path / "run", "n=8", "m=4", "rollouts_per_prompt=16", "max_steps=2", "micro_batch=8")
     assert (cfg.groups_per_step, cfg.rollouts_generated, cfg.rollouts_trained, cfg.grad_accum) == (8, 64, 32, 4)
     train(cfg, progress_bar=False)
-    steps = read_jsonl(tmp_path / "run" / "steps.jsonl")
+    steps = read_jsonl(tmp_path / "run" / "steps.jsonl", finished=True)
     assert [(s["rollouts_generated"], s["rollouts_trained"]) for s in steps] == [(64, 32)] * 2
     train_prompts = [p for p in prompts_seen if len(p) == 8]  # evaluation calls are larger
     assert len(train_prompts) == 2 and all(p[0::2] == p[1::2] for p in train_prompts)
@@ -188,13 +188,13 @@ def test_cli_config_errors_exit_nonzero_with_one_line(args, message, capsys, tmp
 def test_short_run_learns_an_easy_task(base, tmp_path):
     cfg = config(base, tmp_path / "run", "n=8", "m=4", "max_steps=30", "eval_every_steps=10", "max_grad_norm=1.0")
     summary = train(cfg, progress_bar=False)
-    evals = read_jsonl(tmp_path / "run" / "evals.jsonl")
+    evals = read_jsonl(tmp_path / "run" / "evals.jsonl", finished=True)
     assert [e["step"] for e in evals] == [0, 10, 20, 30]
     assert evals[0]["train_time_s"] == 0.0
     assert summary["final_accuracy"] >= summary["base_accuracy"] + 0.4, evals
     written = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert written == json.loads(json.dumps(summary))
     assert set(written["phase_s_per_step"]) == {"generate", "reward", "select", "logprob", "update"}
-    steps = read_jsonl(tmp_path / "run" / "steps.jsonl")
+    steps = read_jsonl(tmp_path / "run" / "steps.jsonl", finished=True)
     times = [s["train_time_s"] for s in steps]
     assert times == sorted(times) and math.isclose(written["train_time_s"], times[-1], rel_tol=0.05, abs_tol=0.05)

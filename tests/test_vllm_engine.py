@@ -54,10 +54,9 @@ def tiny_policy(tokenizer, seed: int = 0):
 
 
 def train_config(base, **extra) -> TrainConfig:
-    cfg = TrainConfig(base_model=str(base), max_new_tokens=MAX_NEW, seed=0, lr=1e-2, micro_batch=12, max_grad_norm=0.0)
-    for key, value in dict(vllm_dtype="float32", vllm_enforce_eager=True, **extra).items():
-        setattr(cfg, key, value)  # engine options are plain attributes of the config object
-    return cfg
+    # engine options are TrainConfig fields like any other
+    return TrainConfig(base_model=str(base), max_new_tokens=MAX_NEW, seed=0, lr=1e-2, micro_batch=12, max_grad_norm=0.0,
+                       **dict(vllm_dtype="float32", vllm_enforce_eager=True, **extra))
 
 
 @pytest.fixture(scope="module")
@@ -288,11 +287,11 @@ def test_options_and_helpers():
     from pods.rollout.vllm import VLLMOptions, _max_model_len, lora_capacity
 
     with pytest.raises(ValueError, match="vllm_gpu_memory_utilization"):
-        VLLMOptions.from_config(SimpleNamespace(vllm_gpu_memory_utilization=1.5))
-    options = VLLMOptions()
+        VLLMOptions.from_config(TrainConfig(vllm_gpu_memory_utilization=1.5))
+    options = VLLMOptions.from_config(TrainConfig())
     small = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=128))
     large = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=32768))
     assert _max_model_len(options, small, 24) == 128  # vLLM refuses more than the model's context
     assert _max_model_len(options, large, 512) == 1536
-    assert _max_model_len(VLLMOptions(vllm_max_model_len=4096), large, 512) == 4096
+    assert _max_model_len(VLLMOptions.from_config(TrainConfig(vllm_max_model_len=4096)), large, 512) == 4096
     assert [lora_capacity(r) for r in (1, 4, 8, 9, 64)] == [1, 8, 8, 16, 64]  # vLLM's allowed max_lora_rank

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import importlib
 
-from pods.rollout.base import RolloutEngine, Rollouts, encode_prompts
+from pods.batches import Rollouts
+from pods.rollout.base import RolloutEngine, encode_prompts
 
 ROLLOUT_ENGINES: dict[str, str] = {
     "hf": "pods.rollout.hf:HFRolloutEngine",  # CPU/GPU, KV cache, each prompt prefilled once

@@ -7,37 +7,10 @@ receives weights (or a LoRA adapter) in `sync_weights`. The trainer never looks 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 
 import torch
 
-
-@dataclass
-class Rollouts:
-    """n completions for each of G prompts, as padded token tensors.
-
-    Rows g*n .. g*n + n - 1 belong to prompt g. A completion ends with its EOS token when it
-    stopped (the EOS counts as a generated token: the policy chose it) or at `max_new_tokens`
-    when it did not; after that the row holds the pad id and `completion_mask` is 0.
-    """
-
-    prompt_ids: list[list[int]]  # the G prompts, unpadded
-    completion_ids: torch.Tensor  # [G*n, T] long
-    completion_mask: torch.Tensor  # [G*n, T] long, 1 on generated tokens
-    group: torch.Tensor  # [G*n] long, the prompt index of each row
-    n: int
-
-    def __len__(self) -> int:
-        return self.completion_ids.shape[0]
-
-    @property
-    def lengths(self) -> torch.Tensor:
-        """Generated tokens per row, [G*n]."""
-        return self.completion_mask.sum(dim=1)
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.completion_mask.sum())
+from pods.batches import Rollouts  # noqa: F401  (the record `generate` returns, re-exported)
 
 
 class RolloutEngine(ABC):

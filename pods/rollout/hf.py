@@ -10,7 +10,8 @@ import torch
 import torch.distributed as dist
 from transformers import DynamicCache
 
-from pods.rollout.base import RolloutEngine, Rollouts
+from pods.batches import Rollouts
+from pods.rollout.base import RolloutEngine
 
 # Compact the running batch once this share of its rows has finished: each compaction copies
 # the cache, so doing it for every finished row would cost more than it saves.

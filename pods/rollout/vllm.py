@@ -21,48 +21,36 @@ building the engine without it fails with one line.
 """
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import os
 import tempfile
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from pods.rollout.base import RolloutEngine, Rollouts
-from pods.update.deepspeed_engine import full_weights
+from pods.batches import Rollouts
+from pods.distributed import full_weights
+from pods.options import EngineOptions, engine_options
+from pods.rollout.base import RolloutEngine
 
 
-@dataclass
-class VLLMOptions:
-    """The vLLM engine's settings; each is read from the TrainConfig field of the same name."""
+@engine_options
+class VLLMOptions(EngineOptions):
+    """The vLLM engine's settings: the TrainConfig fields of these names (defaults and help there)."""
 
-    vllm_gpu_memory_utilization: float = field(
-        default=0.5, metadata={"help": "Share of the GPU memory vLLM may take (weights + KV cache); the update gets the rest."}
-    )
-    vllm_sleep: bool = field(
-        default=True,
-        metadata={"help": "Sleep between generations (free the KV cache, offload weights) where vLLM supports it."},
-    )
-    vllm_max_model_len: int | None = field(
-        default=None, metadata={"help": "Longest prompt + completion in tokens; null: max_new_tokens + 1024, at most the model's context."}
-    )
-    vllm_enforce_eager: bool = field(
-        default=False, metadata={"help": "Skip CUDA-graph capture (slower decoding, faster start, less memory)."}
-    )
-    vllm_dtype: str = field(default="auto", metadata={"help": "Weight dtype of vLLM's copy (auto: the checkpoint's, but fp32 checkpoints in bf16)."})
+    vllm_gpu_memory_utilization: float
+    vllm_sleep: bool
+    vllm_max_model_len: int | None
+    vllm_enforce_eager: bool
+    vllm_dtype: str
 
-    @classmethod
-    def from_config(cls, config) -> "VLLMOptions":
-        values = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if hasattr(config, f.name)}
-        options = cls(**values)
-        if not 0.0 < options.vllm_gpu_memory_utilization <= 1.0:
+    def validate(self) -> "VLLMOptions":
+        if not 0.0 < self.vllm_gpu_memory_utilization <= 1.0:
             raise ValueError(
-                f"config key 'vllm_gpu_memory_utilization': must be in (0, 1], got {options.vllm_gpu_memory_utilization}"
+                f"config key 'vllm_gpu_memory_utilization': must be in (0, 1], got {self.vllm_gpu_memory_utilization}"
             )
-        return options
+        return self
 
 
 # vLLM on a CPU: the KV cache it reserves, in GiB (a tiny share of a GPU run's). Plenty for the

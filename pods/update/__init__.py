@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import importlib
 
-from pods.update.base import UpdateBatch, UpdateEngine
+from pods.batches import UpdateBatch
+from pods.update.base import UpdateEngine
 
 UPDATE_ENGINES: dict[str, str] = {
     "torch": "pods.update.torch_engine:TorchUpdateEngine",  # one device, AdamW

@@ -5,67 +5,43 @@ a launcher (deepspeed, torchrun or accelerate), every process builds this engine
 one model together.
 
 How a step is split. Selection has already happened when `step` is called: the batch holds the
-kept rollouts of the whole step and is the same on every process (the trainer gathers it, see
-`gather_batch`). Process r takes rows [r*B/W, (r+1)*B/W) and runs ceil(B/W / micro_batch)
-micro-batches, so every process runs the same number of forward/backward passes (ZeRO's
-collectives need that). Each micro-batch loss is divided by the whole step's totals (sequences,
+kept rollouts of the whole step and is the same on every process (the trainer gathers it with
+`pods.distributed.gather_batch`). Process r takes rows [r*B/W, (r+1)*B/W) and runs
+ceil(B/W / micro_batch) micro-batches, so every process runs the same number of forward/backward
+passes (ZeRO's collectives need that). Each micro-batch loss is divided by the whole step's totals (sequences,
 tokens) and multiplied by W because DeepSpeed averages gradients over processes: the summed
 gradient is then exactly the single-process gradient of the whole batch.
 """
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 import os
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from pods.update.base import UpdateBatch, UpdateEngine
+from pods.distributed import import_deepspeed, world
+from pods.options import EngineOptions, engine_options
+from pods.update.base import UpdateBatch, UpdateEngine, make_optimizer, warmup_schedule
 from pods.update.torch_engine import accumulate_gradients, step_totals, token_logprobs
 
 
-@dataclass
-class DeepSpeedOptions:
-    """The DeepSpeed engine's settings; each is read from the TrainConfig field of the same name."""
+@engine_options
+class DeepSpeedOptions(EngineOptions):
+    """The DeepSpeed engine's settings: the TrainConfig fields of these names (defaults and help there)."""
 
-    deepspeed_zero_stage: int = field(default=2, metadata={"help": "ZeRO stage 0-3 (paper: 2)."})
-    deepspeed_offload_optimizer: bool = field(
-        default=False, metadata={"help": "Keep optimiser states in host memory (ZeRO-Offload; slower, smaller GPUs)."}
-    )
-    gradient_checkpointing: bool = field(
-        default=False, metadata={"help": "Recompute activations in the backward pass (paper: on)."}
-    )
-    dist_backend: str = field(
-        default="", metadata={"help": "torch.distributed backend; empty: nccl on CUDA, gloo on CPU."}
-    )
+    deepspeed_zero_stage: int
+    deepspeed_offload_optimizer: bool
+    gradient_checkpointing: bool
+    dist_backend: str
 
-    @classmethod
-    def from_config(cls, config) -> "DeepSpeedOptions":
-        values = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if hasattr(config, f.name)}
-        options = cls(**values)
-        if options.deepspeed_zero_stage not in (0, 1, 2, 3):
-            raise ValueError(f"config key 'deepspeed_zero_stage': must be 0, 1, 2 or 3, got {options.deepspeed_zero_stage}")
-        return options
-
-
-def _import_deepspeed():
-    try:
-        import deepspeed
-    except ImportError:
-        raise ValueError("update_engine 'deepspeed' needs the deepspeed package: pip install 'pods[gpu]'") from None
-    return deepspeed
-
-
-def world() -> tuple[int, int]:
-    """(rank, world size); (0, 1) outside a distributed run."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+    def validate(self) -> "DeepSpeedOptions":
+        if self.deepspeed_zero_stage not in (0, 1, 2, 3):
+            raise ValueError(f"config key 'deepspeed_zero_stage': must be 0, 1, 2 or 3, got {self.deepspeed_zero_stage}")
+        return self
 
 
 def shard(rows: int, rank: int, size: int) -> tuple[int, int]:
@@ -112,7 +88,7 @@ class DeepSpeedUpdateEngine(UpdateEngine):
     """
 
     def __init__(self, *, model, config):
-        deepspeed = _import_deepspeed()
+        deepspeed = import_deepspeed()
         self.cfg = config
         self.options = DeepSpeedOptions.from_config(config)
         if not (dist.is_available() and dist.is_initialized()):
@@ -136,14 +112,8 @@ class DeepSpeedUpdateEngine(UpdateEngine):
             if self.options.deepspeed_zero_stage == 3:
                 raise ValueError("config key 'beta': a reference model is not supported with deepspeed_zero_stage 3")
             self.reference = copy.deepcopy(model).requires_grad_(False).eval()
-        optimizer = torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad],
-            lr=config.lr, weight_decay=config.weight_decay, betas=(config.adam_beta1, config.adam_beta2),
-        )
-        warmup = config.lr_warmup_steps
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
-        )
+        optimizer = make_optimizer([p for p in model.parameters() if p.requires_grad], config)
+        scheduler = warmup_schedule(optimizer, config.lr_warmup_steps)
         self.ds_config = deepspeed_config(config, self.options, self.world_size, self.rows_per_step)
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=scheduler, config=self.ds_config
@@ -255,50 +225,3 @@ class DeepSpeedUpdateEngine(UpdateEngine):
         if path is None:
             raise ValueError(f"no DeepSpeed checkpoint {state['deepspeed_tag']!r} under {self.checkpoint_dir()}")
         self._saves = state["saves"]
-
-
-def full_weights(module):
-    """(name, tensor) of every weight of `module`, whole even when ZeRO-3 has sharded it.
-
-    For pushing weights to a rollout engine. Unsharded modules give their state_dict. Under ZeRO-3
-    each parameter is gathered in turn (collective: every process iterates in the same order) and
-    yielded as a copy, so at most one whole parameter is gathered at a time.
-    """
-    params = dict(module.named_parameters())
-    if not any(hasattr(p, "ds_id") for p in params.values()):
-        yield from module.state_dict().items()
-        return
-    deepspeed = _import_deepspeed()
-    for name, param in params.items():
-        with deepspeed.zero.GatheredParameters([param]):
-            yield name, param.detach().clone()
-
-
-def gather_batch(local: UpdateBatch, local_advantages: torch.Tensor, pad_id: int) -> tuple[UpdateBatch, torch.Tensor]:
-    """The whole step's kept batch on every process, from each process's own kept rollouts.
-
-    For trainers that shard generation by process (process r samples prompts r, r+W, ...) and
-    select within its own groups: the concatenation, in rank order, is what `step` splits back.
-    Widths differ between processes, so prompts are re-padded on the left and completions on
-    the right.
-    """
-    rank, size = world()
-    if size == 1:
-        return local, local_advantages
-    items = [None] * size
-    payload = (local.input_ids, local.attention_mask, local.completion_mask, local_advantages)
-    dist.all_gather_object(items, tuple(t.cpu() for t in payload))
-    P = max(ids.shape[1] - cm.shape[1] for ids, _, cm, _ in items)
-    T = max(cm.shape[1] for _, _, cm, _ in items)
-    ids_out, att_out, cm_out, adv_out = [], [], [], []
-    for ids, att, cm, adv in items:
-        t = cm.shape[1]
-        p = ids.shape[1] - t
-        rows = ids.shape[0]
-        new_ids = torch.full((rows, P + T), pad_id, dtype=ids.dtype)
-        new_att = torch.zeros((rows, P + T), dtype=att.dtype)
-        new_cm = torch.zeros((rows, T), dtype=cm.dtype)
-        new_ids[:, P - p : P + t], new_att[:, P - p : P + t], new_cm[:, :t] = ids, att, cm
-        ids_out.append(new_ids), att_out.append(new_att), cm_out.append(new_cm), adv_out.append(adv)
-    batch = UpdateBatch(torch.cat(ids_out), torch.cat(att_out), torch.cat(cm_out))
-    return batch, torch.cat(adv_out)

@@ -9,42 +9,28 @@ of the weights. Checkpoints hold the adapter and the optimiser only: the base ne
 """
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
-from dataclasses import dataclass, field
 
 import torch
 
-from pods.update.base import UpdateBatch
+from pods.options import EngineOptions, engine_options
+from pods.update.base import UpdateBatch, make_optimizer, warmup_schedule
 from pods.update.torch_engine import TorchUpdateEngine
 
-PAPER_TARGET_MODULES = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
 OPTIMIZERS = ("adamw", "adamw_8bit")
 
 
-@dataclass
-class LoraOptions:
-    """The LoRA engine's settings; each is read from the TrainConfig field of the same name."""
+@engine_options
+class LoraOptions(EngineOptions):
+    """The LoRA engine's settings: the TrainConfig fields of these names (defaults and help there)."""
 
-    lora_rank: int = field(default=64, metadata={"help": "LoRA rank r (paper: 64)."})
-    lora_alpha: int = field(default=64, metadata={"help": "LoRA alpha; the update is scaled by alpha / r (paper: 64)."})
-    lora_dropout: float = field(default=0.0, metadata={"help": "Dropout on the adapter input (paper: 0)."})
-    lora_target_modules: str = field(
-        default=PAPER_TARGET_MODULES,
-        metadata={"help": "Comma-separated module names that get an adapter, or `all-linear` (peft)."},
-    )
-    load_in_4bit: bool = field(
-        default=False, metadata={"help": "Reload the base in 4-bit NF4 (bitsandbytes; CUDA, or CPU from 0.50) and train the adapter on it."}
-    )
-    optimizer: str = field(default="adamw", metadata={"help": "`adamw` (torch) or `adamw_8bit` (bitsandbytes, paper)."})
-    gradient_checkpointing: bool = field(
-        default=False, metadata={"help": "Recompute activations in the backward pass (long completions on one GPU)."}
-    )
-
-    @classmethod
-    def from_config(cls, config) -> "LoraOptions":
-        values = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if hasattr(config, f.name)}
-        return cls(**values).validate()
+    lora_rank: int
+    lora_alpha: int
+    lora_dropout: float
+    lora_target_modules: str
+    load_in_4bit: bool
+    optimizer: str
+    gradient_checkpointing: bool
 
     def validate(self) -> "LoraOptions":
         if self.lora_rank < 1:
@@ -114,17 +100,8 @@ class LoraUpdateEngine(TorchUpdateEngine):
         self.policy = add_adapter(model.to(self.device) if not self.options.load_in_4bit else model, self.options, config.seed)
         self.policy.eval()  # no dropout in the base: the ratio and KL compare log-probs of the same weights
         params = [p for p in self.policy.parameters() if p.requires_grad]
-        optimizer_kwargs = dict(lr=config.lr, weight_decay=config.weight_decay, betas=(config.adam_beta1, config.adam_beta2))
-        if self.options.optimizer == "adamw_8bit":
-            import bitsandbytes
-
-            self.optimizer = bitsandbytes.optim.AdamW8bit(params, **optimizer_kwargs)
-        else:
-            self.optimizer = torch.optim.AdamW(params, **optimizer_kwargs)
-        warmup = config.lr_warmup_steps
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
-        )
+        self.optimizer = make_optimizer(params, config, name=self.options.optimizer)
+        self.scheduler = warmup_schedule(self.optimizer, config.lr_warmup_steps)
         self.reference = None  # the reference is the base: `ref_logprobs` disables the adapter
 
     def ref_logprobs(self, batch: UpdateBatch) -> torch.Tensor:

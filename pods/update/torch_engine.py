@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-
 import dataclasses
 
 import torch
@@ -11,7 +10,7 @@ from transformers import DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from pods.grpo import policy_loss
-from pods.update.base import UpdateBatch, UpdateEngine
+from pods.update.base import UpdateBatch, UpdateEngine, make_optimizer, warmup_schedule
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # The keyword (and output field) of the key/value cache: `cache` in current transformers,
@@ -121,14 +120,8 @@ class TorchUpdateEngine(UpdateEngine):
         self.policy.eval()
         if config.gradient_checkpointing:
             self.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        self.optimizer = torch.optim.AdamW(
-            [p for p in self.policy.parameters() if p.requires_grad],
-            lr=config.lr, weight_decay=config.weight_decay, betas=(config.adam_beta1, config.adam_beta2),
-        )
-        warmup = config.lr_warmup_steps
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
-        )
+        self.optimizer = make_optimizer([p for p in self.policy.parameters() if p.requires_grad], config)
+        self.scheduler = warmup_schedule(self.optimizer, config.lr_warmup_steps)
         # The reference model exists only when something reads it: with beta == 0 the KL term is
         # zero, so its forward passes would be pure cost (the authors paid it, PAPER.md 4.7;
         # `always_compute_ref` reproduces that cost).
