@@ -8,7 +8,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Mapping, NamedTuple, Sequence
 
 
 class Method(NamedTuple):
@@ -397,10 +397,15 @@ def _check_key(key: str, where: str) -> None:
         raise ValueError(f"unknown config key {key!r} in {where}{hint}")
 
 
-def parse_overrides(overrides: list[str]) -> dict[str, Any]:
-    """`["n=64", "eval_every_s=null"]` -> dict, values parsed as YAML scalars."""
+def parse_value(raw: str) -> Any:
+    """One override value as the command line carries it, read as a YAML scalar (or flow list/map)."""
     import yaml
 
+    return yaml.safe_load(raw) if raw.strip() else ""
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """`["n=64", "eval_every_s=null"]` -> dict, values parsed as YAML scalars."""
     parsed: dict[str, Any] = {}
     for item in overrides:
         key, sep, raw = item.partition("=")
@@ -408,8 +413,48 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         if not sep or not key:
             raise ValueError(f"override {item!r} is not of the form key=value")
         _check_key(key, "overrides")
-        parsed[key] = yaml.safe_load(raw) if raw.strip() else ""
+        parsed[key] = parse_value(raw)
     return parsed
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """A TrainConfig YAML file (a flat mapping of keys to values), keys checked."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {path} not found")
+    try:
+        loaded = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"config file {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(loaded, dict):
+        raise ValueError(f"config file {path} must hold a mapping of keys to values")
+    for key in loaded:
+        _check_key(str(key), str(path))
+    return loaded
+
+
+def resolve_train_config(layers: Sequence[tuple[str, Mapping[str, Any]]], *, cite: bool = True) -> TrainConfig:
+    """TrainConfig from layers of key -> value, later layers winning, validated.
+
+    Each layer is (where it comes from, its values). An unknown key names its layer; with `cite`, a
+    bad value names the layer that set it last (`pods train` has only its file and its overrides,
+    and says so without it).
+    """
+    values: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for where, layer in layers:
+        for key, value in layer.items():
+            _check_key(str(key), where)
+            values[key], origin[key] = value, where
+    try:
+        return TrainConfig(**{key: _coerce(key, value) for key, value in values.items()}).validate()
+    except ValueError as exc:
+        match = re.match(r"config key '(\w+)'", str(exc))
+        if cite and match and match[1] in origin:
+            raise ValueError(f"{exc} (set in {origin[match[1]]})") from None
+        raise
 
 
 def load_train_config(path: str | Path | None = None, overrides: list[str] | dict | None = None) -> TrainConfig:
@@ -417,26 +462,11 @@ def load_train_config(path: str | Path | None = None, overrides: list[str] | dic
 
     Raises ValueError (or FileNotFoundError) with the key or file named, before any compute.
     """
-    import yaml
-
-    values: dict[str, Any] = {}
+    layers: list[tuple[str, Mapping[str, Any]]] = []
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"config file {path} not found")
-        try:
-            loaded = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ValueError(f"config file {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
-        if not isinstance(loaded, dict):
-            raise ValueError(f"config file {path} must hold a mapping of keys to values")
-        for key in loaded:
-            _check_key(str(key), str(path))
-        values.update(loaded)
+        layers.append((str(path), read_config_file(path)))
     if isinstance(overrides, dict):
-        for key in overrides:
-            _check_key(key, "overrides")
-        values.update(overrides)
+        layers.append(("overrides", overrides))
     elif overrides:
-        values.update(parse_overrides(list(overrides)))
-    return TrainConfig(**{key: _coerce(key, value) for key, value in values.items()}).validate()
+        layers.append(("overrides", parse_overrides(list(overrides))))
+    return resolve_train_config(layers, cite=False)

@@ -9,7 +9,7 @@
 # from different bases are never compared (pods.analysis.check_same_start).
 WARMSTART_CODE = [
     str(Path(workflow.basedir, "pods", name))
-    for name in ("warmstart.py", "models.py", "evaluation.py", "rollout/hf.py", "rollout/base.py", "tasks/__init__.py",
+    for name in ("warmstart.py", "models.py", "evaluation.py", "batches.py", "rollout/hf.py", "rollout/base.py", "tasks/__init__.py",
                  "tasks/base.py", "tasks/arith.py")
 ]
 
@@ -18,10 +18,10 @@ rule warmstart:
     input:
         WARMSTART_CODE,
     output:
-        marker=warmstart_marker("{benchmark}"),
+        marker=STUDY.warmstart_marker("{benchmark}"),
     params:
-        cmd=lambda wc: warmstart_command(wc, f"{MODELS}/{wc.benchmark}/base"),
-    threads: config.get("warmstart", {}).get("threads", 1)
+        cmd=lambda wc: STUDY.warmstart_command(wc.benchmark, STUDY.warmstart_dir(wc.benchmark)),
+    threads: config["warmstart"]["threads"]
     resources:
         mem_mb=3000,
         runtime=30,

@@ -1,5 +1,5 @@
 # One job per run: (benchmark, hardware, method, seed). The hardware profile decides the launcher,
-# the cores and the scheduler resources; the trainer command is built in common.smk.
+# the cores and the scheduler resources; the trainer command is built by pods.study.
 #
 # Interrupted runs. The trainer checkpoints into its run directory and resumes from there on its
 # own, so the run directory must survive a killed job. The only declared output is summary.json
@@ -23,8 +23,8 @@
 
 
 def train_inputs(wc):
-    inputs = {"trainer_config": ancient(config["trainer_config"])}
-    marker = base_model_marker(wc.benchmark)
+    inputs = {"trainer_config": ancient(STUDY.trainer_config)}
+    marker = STUDY.base_model_marker(wc.benchmark)
     if marker:
         inputs["base_model"] = ancient(marker)
     return inputs
@@ -37,7 +37,7 @@ rule train:
         summary=f"{RUN_DIR}/summary.json",
     params:
         cmd=train_command,
-    threads: lambda wc: hardware_profile(wc.hardware)["threads"]
+    threads: lambda wc: STUDY.profile(wc.hardware).threads
     resources:
         **train_resources(),
     log:

@@ -1,0 +1,226 @@
+"""The study model (pods.study) without Snakemake: expansion against brute force, each run's trainer
+config as `pods train` resolves it from the command, the precedence of the layers, and every way a
+study config can be wrong failing when the study is built, naming the file and key."""
+from __future__ import annotations
+
+import itertools
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pods.config import load_train_config, parse_method
+from pods.study import LAUNCHERS, Run, Study, StudyError, load_study_config
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = ["config/smoke.yaml", "config/ablations.yaml", "config/decide.yaml", "config/large.yaml",
+           "config/paper.yaml", "config/smollm2.yaml"]
+
+
+@pytest.fixture(autouse=True)
+def in_repo(monkeypatch):
+    monkeypatch.chdir(REPO)  # the study configs name their files relative to the repository
+
+
+def study(*layers, **overrides) -> Study:
+    return Study(load_study_config("config/config.yaml", *layers, overrides=overrides))
+
+
+def brute_force_runs(config: dict) -> list[tuple]:
+    runs = []
+    for comp in config["comparisons"]:
+        seeds = comp.get("seeds", config["seeds"])
+        seeds = range(seeds) if isinstance(seeds, int) else seeds
+        runs += itertools.product(comp["benchmarks"], comp["hardware"], [comp["baseline"], *comp["methods"]], seeds)
+    return runs
+
+
+def command_overrides(command: str) -> list[str]:
+    argv = shlex.split(command)
+    return argv[argv.index("--config") + 2:]
+
+
+# ---------------------------------------------------------------------------------------------
+# Expansion and resolution
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("layer", [None, *SHIPPED])
+def test_every_arm_of_every_comparison_is_one_run(layer):
+    s = study(*([layer] if layer else []))
+    expected = brute_force_runs(s.config)
+    assert sorted(s.runs) == sorted(Run(*key) for key in set(expected))  # each run once
+    assert len(s.comparisons) == sum(len(c["benchmarks"]) * len(c["hardware"]) * len(c["methods"])
+                                     for c in s.config["comparisons"])
+    assert s.hardware == sorted({key[1] for key in expected})
+
+
+def test_the_default_study_is_both_designs_on_both_benchmarks():
+    s = study()
+    assert {(c.design, c.benchmark) for c in s.comparisons} == {
+        (d, b) for d in ("equal_update", "equal_generation") for b in ("arith", "arith_hard")}
+    assert len(s.runs) == 24  # the PODS arm serves both designs: 2 benchmarks x 3 methods x 4 seeds
+    assert s.study_rows()[0] == dict(name="main", design="equal_update", benchmark="arith", hardware="cpu",
+                                     baseline="grpo-n16-m16", method="pods-max_variance-n64-m16", seeds=[0, 1, 2, 3])
+
+
+@pytest.mark.parametrize("layer", [None, "config/smoke.yaml", "config/paper.yaml"])
+def test_each_command_resolves_to_the_checked_config(layer):
+    """What `pods train` makes of the command line is the TrainConfig the study checked."""
+    s = study(*([layer] if layer else []))
+    for run in s.runs:
+        command = s.train_command(run)
+        resolved = load_train_config(s.trainer_config, command_overrides(command))
+        assert resolved == s.train_configs[run]
+        method = parse_method(run.method)
+        assert (resolved.n, resolved.m, resolved.rule, resolved.seed) == (method.n, method.m, method.rule, run.seed)
+        assert str(resolved.output_dir()) == s.run_dir(run)
+        assert s.run_dir(run) == f"{s.runs_dir}/{run.benchmark}/{run.hardware}/{run.method}/seed{run.seed}"
+
+
+def test_layers_apply_in_the_documented_order(tmp_path):
+    """defaults file < hardware profile < study < benchmark < the run's identity."""
+    hw = tmp_path / "hardware"
+    hw.mkdir()
+    profile = yaml.safe_load((REPO / "config/hardware/cpu.yaml").read_text())
+    profile["train"] = {**profile["train"], "lr": 0.1, "beta": 0.1, "eps_low": 0.1, "temperature": 0.5}
+    (hw / "cpu.yaml").write_text(yaml.safe_dump(profile))
+    s = study(hardware_dir=str(hw), train={"lr": 0.2, "beta": 0.2},
+              benchmarks={"arith": {"base_model": "warmstart", "train": {"lr": 0.3, "n": 3}},
+                          "arith_hard": {"base_model": "warmstart"}})
+    cfg = s.train_configs[Run("arith", "cpu", "grpo-n16-m16", 1)]
+    defaults = load_train_config("config/train-cpu.yaml")
+    assert (cfg.weight_decay, cfg.max_train_time_s) == (defaults.weight_decay, defaults.max_train_time_s)
+    assert (cfg.temperature, cfg.eps_low) == (0.5, 0.1)  # the profile's
+    assert cfg.beta == 0.2  # the study's over the profile's
+    assert cfg.lr == 0.3  # the benchmark's over both
+    assert (cfg.n, cfg.m, cfg.seed) == (16, 16, 1)  # the run's identity over everything
+    assert s.train_configs[Run("arith_hard", "cpu", "grpo-n16-m16", 1)].lr == 0.2
+
+
+def test_hardware_profile_defaults_come_from_the_schema(tmp_path):
+    hw = tmp_path / "hardware"
+    hw.mkdir()
+    (hw / "cpu.yaml").write_text(yaml.safe_dump({"launcher": "none", "threads": 2, "resources": {"mem_mb": 10}}))
+    s = study(hardware_dir=str(hw))
+    p = s.profile("cpu")
+    assert (p.num_processes, p.nodes, p.launcher_args, p.launcher_prefix, dict(p.train)) == (1, 1, "", "", {})
+    assert s.resource_names() == ["mem_mb"] and s.resource("cpu", "gpu") == 0
+    assert s.train_command(s.runs[0]).startswith("pods train --config config/train-cpu.yaml benchmark=arith ")
+
+
+@pytest.mark.parametrize("launcher,prefix", [
+    ("none", "pods train "),
+    ("accelerate", "accelerate launch --num_processes 16 --num_machines 2 --config_file acc.yaml -m pods.cli train "),
+    ("torchrun", "srun --ntasks-per-node=1 torchrun --nnodes 2 --nproc_per_node 8 --config_file acc.yaml -m pods.cli train "),
+    ("deepspeed", "deepspeed --num_nodes 2 --num_gpus 8 --config_file acc.yaml --module pods.cli train "),
+])
+def test_launchers_start_every_process_of_a_multi_node_run(tmp_path, launcher, prefix):
+    assert set(LAUNCHERS) == {"none", "accelerate", "torchrun", "deepspeed"}
+    hw = tmp_path / "hardware"
+    hw.mkdir()
+    (hw / "gpu.yaml").write_text(yaml.safe_dump({
+        "launcher": launcher, "num_processes": 8, "nodes": 2, "launcher_args": "--config_file acc.yaml",
+        "launcher_prefix": "srun --ntasks-per-node=1" if launcher == "torchrun" else "", "threads": 32,
+        "resources": {"gpu": 16, "slurm_partition": "gpu"}, "train": {"precision": "bf16"},
+    }))
+    s = study(hardware_dir=str(hw), seeds=[0], comparisons=[dict(
+        name="main", design="equal_generation", benchmarks=["arith"], hardware=["gpu"],
+        baseline="grpo-n64-m64", methods=["pods-max_variance-n64-m16"])])
+    assert len(s.runs) == 2
+    for run in s.runs:
+        command = s.train_command(run)
+        assert command.startswith(prefix), command
+        assert s.train_configs[run].precision == "bf16"
+    assert s.profile("gpu").threads == 32 and s.resource("gpu", "slurm_partition") == "gpu"
+
+
+def test_warm_start_and_base_model_paths(tmp_path):
+    s = study("config/smoke.yaml")
+    assert s.base_model_marker("arith") == "models/smoke/arith/base/warmstart.json"
+    assert s.warmstart_command("arith", s.warmstart_dir("arith")) == (
+        "pods warmstart steps=5 batch_size=16 eval_items=20 pass_items=5 pass_samples=2 benchmark=arith "
+        "out_dir=models/smoke/arith/base")
+    hub = study(benchmarks={"arith": {"base_model": "Qwen/Qwen2.5-0.5B"},
+                            "arith_hard": {"base_model": "models/converted/base"}})
+    assert hub.base_model_marker("arith") is None  # the trainer loads it by itself
+    assert hub.base_model_marker("arith_hard") == "models/converted/base/config.json"  # a rule writes it
+    assert hub.train_configs[Run("arith", "cpu", "grpo-n16-m16", 0)].base_model == "Qwen/Qwen2.5-0.5B"
+
+
+# ---------------------------------------------------------------------------------------------
+# Every bad study fails when it is built, naming the file and key
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("design,baseline,method", [
+    ("equal_update", "grpo-n16-m16", "pods-max_variance-n64-m16"),
+    ("equal_generation", "grpo-n64-m64", "pods-max_variance-n64-m16"),
+])
+def test_a_trainer_key_typo_fails_in_either_design(design, baseline, method):
+    comparisons = [dict(name="main", design=design, benchmarks=["arith"], hardware=["cpu"],
+                        baseline=baseline, methods=[method])]
+    with pytest.raises(StudyError, match=r"unknown config key 'max_stepz' in the study's train \(did you mean 'max_steps'\?\)"):
+        study(train={"max_stepz": 3}, comparisons=comparisons)
+
+
+def test_a_bad_key_or_value_names_its_layer(tmp_path):
+    with pytest.raises(StudyError, match=r"unknown config key 'lrr' in benchmarks.arith.train"):
+        study(benchmarks={"arith": {"base_model": "warmstart", "train": {"lrr": 1}}})
+    with pytest.raises(StudyError, match=r"config key 'lr': must be > 0, got -1.0 \(set in the study's train\)"):
+        study(train={"lr": -1})
+    with pytest.raises(StudyError, match=r"config key 'lr' must be a finite number, got 'inf' \(set in the study's train\)"):
+        study(train={"lr": "inf"})
+    with pytest.raises(StudyError, match=r"config key 'eval_repeats': must be 1 with eval_greedy"):
+        study(train={"eval_repeats": 5})
+    hw = tmp_path / "hardware"
+    hw.mkdir()
+    profile = yaml.safe_load((REPO / "config/hardware/cpu.yaml").read_text())
+    (hw / "cpu.yaml").write_text(yaml.safe_dump({**profile, "train": {"micro_batchh": 4}}))
+    with pytest.raises(StudyError, match=f"unknown config key 'micro_batchh' in {hw / 'cpu.yaml'} train"):
+        study(hardware_dir=str(hw))
+    (hw / "cpu.yaml").write_text(yaml.safe_dump({**profile, "launcher": "mpirun"}))
+    with pytest.raises(StudyError, match=f"{hw / 'cpu.yaml'}: launcher: 'mpirun' is not one of"):
+        study(hardware_dir=str(hw))
+    defaults = tmp_path / "train.yaml"
+    defaults.write_text("lr: 1.0e-4\nmax_stepz: 3\n")
+    with pytest.raises(StudyError, match=f"trainer_config: unknown config key 'max_stepz' in {defaults}"):
+        study(trainer_config=str(defaults))
+    with pytest.raises(StudyError, match="trainer_config: no file nowhere.yaml"):
+        study(trainer_config="nowhere.yaml")
+
+
+MAIN = dict(name="main", benchmarks=["arith"], hardware=["cpu"])
+
+
+@pytest.mark.parametrize("comparison,message", [
+    (dict(MAIN, design="equal_update", baseline="grpo-n16-m16", methods=["pods-max_variance-n64-m8"]),
+     r"comparisons\[0\].methods\[0\]: equal_update trains the same m in both arms"),
+    (dict(MAIN, design="equal_generation", baseline="grpo-n64-m64", methods=["pods-max_variance-n32-m16"]),
+     r"comparisons\[0\].methods\[0\]: equal_generation generates as many rollouts per prompt in both arms"),
+    (dict(MAIN, design="equal_update", baseline="grpo-n16-m16", methods=["pods-max_variance-n64-m16"],
+          benchmarks=["gsm9k"]), r"comparisons\[0\].benchmarks: 'gsm9k' is not declared under `benchmarks`"),
+    (dict(MAIN, design="equal_update", baseline="grpo-n16-m16", methods=["pods-max_variance-n64-m16"],
+          hardware=["tpu"]), r"comparisons\[0\].hardware: hardware 'tpu': no profile file config/hardware/tpu.yaml"),
+])
+def test_design_and_label_errors(comparison, message):
+    with pytest.raises(StudyError, match=message):
+        study(comparisons=[comparison])
+
+
+def test_equal_generation_counts_rollouts_as_the_trainer_resolves_them():
+    """The authors' 8-GPU setting: GRPO-GA 16 groups of 32, PODS 4 groups of 128, 512 per prompt."""
+    comparison = dict(MAIN, design="equal_generation", baseline="grpo-n32-m32", methods=["pods-max_variance-n128-m32"])
+    with pytest.raises(StudyError, match="baseline grpo-n32-m32 generates 32 and pods-max_variance-n128-m32 generates 128"):
+        study(comparisons=[comparison])
+    s = study(comparisons=[comparison], train={"rollouts_per_prompt": 512})
+    assert {s.rollouts_per_prompt(run) for run in s.runs} == {512}
+    # m_scaling varies m on purpose: no design check
+    study(comparisons=[dict(comparison, name="m_scaling", design="equal_update")])
+
+
+def test_schema_errors_name_the_key():
+    with pytest.raises(StudyError, match=r"config/config.yaml \+ --config: seeds.0: -1 is less than the minimum of 0"):
+        study(seeds=[-1])
+    with pytest.raises(StudyError, match=r"design: 'equal_updates' is not one of"):
+        study(comparisons=[dict(MAIN, design="equal_updates", baseline="grpo-n16-m16",
+                                methods=["pods-max_variance-n64-m16"])])
+    with pytest.raises(StudyError, match=r"train: 'Max-Steps' does not match"):
+        study(train={"Max-Steps": 3})
