@@ -104,3 +104,55 @@ def test_study_figures_draw_only_the_seeds_their_comparisons_declare(study_dir, 
     plots.plot_study_figure("length", root, study, "arith", "cpu", root / "length")
     assert {label: set(curve["n_seeds"]) for label, curve in drawn.items()} == {
         "GRPO (n=4, m=4)": {3}, "PODS max_variance (n=16, m=4)": {3}}
+
+
+# --------------------------------------------------------------------------------------------
+# What the figures show: read back from the drawn axes, against the runs' own numbers
+# --------------------------------------------------------------------------------------------
+def drawn_figures(monkeypatch) -> list:
+    figures = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, stem: figures.append(fig) or [])
+    return figures
+
+
+def test_accuracy_figure_draws_the_runs_curves_and_the_summary_targets(study_dir, monkeypatch):
+    root, study_file = study_dir
+    study = analysis.load_study(study_file)
+    tables = analysis.load_runs(root)
+    summary = analysis.summarize_study(study, tables.evals, tables.steps, n_boot=20)
+    figures = drawn_figures(monkeypatch)
+    plots.plot_study_figure("accuracy", root, study, "arith", "cpu", root / "acc", design="equal_update",
+                            summary=summary)
+    (fig,) = figures
+    ax = fig.axes[0]
+    assert ax.get_title() == "arith on cpu, equal update"
+    assert ax.get_ylabel() == "Test Accuracy (%)" and ax.get_xlabel().startswith("Training Time on cpu (")
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    grpo, pods = lines["GRPO (n=4, m=4)"], lines["PODS max_variance (n=16, m=4)"]
+    # make_study_runs: every seed starts at 0.1 (the base model at t = 0); GRPO ends at 0.60-0.62
+    # (mean 0.61) and PODS at 0.66, in percent, and PODS is ahead at every later point
+    assert grpo.get_ydata()[0] == pytest.approx(10) and pods.get_ydata()[0] == pytest.approx(10)
+    assert grpo.get_xdata()[0] == 0 and list(grpo.get_xdata()) == list(pods.get_xdata())
+    assert max(grpo.get_ydata()) == pytest.approx(61) and max(pods.get_ydata()) == pytest.approx(66)
+    assert all(p >= g for g, p in zip(grpo.get_ydata()[1:], pods.get_ydata()[1:]))
+    # the paper rule's target line at 99% of GRPO's peak, as in the summary table
+    paper = next(line for label, line in lines.items() if label.startswith("target, paper rule"))
+    target = float(summary[(summary["target_rule"] == "paper") & (summary["target"] == "0.99")]["target_accuracy"].iloc[0])
+    assert list(paper.get_ydata()) == pytest.approx([100 * target] * 2) and target == pytest.approx(0.99 * 0.61)
+    legend = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert {"GRPO (n=4, m=4)", "PODS max_variance (n=16, m=4)"} <= set(legend)
+
+
+def test_step_time_figure_stacks_the_measured_phases(study_dir, monkeypatch):
+    root, study_file = study_dir
+    figures = drawn_figures(monkeypatch)
+    plots.plot_study_figure("step_time", root, analysis.load_study(study_file), "arith", "cpu", root / "steps")
+    (fig,) = figures
+    ax = fig.axes[0]
+    assert ax.get_ylabel() == "Seconds per Training Step"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["GRPO\n(n=4, m=4)", "PODS max_variance\n(n=16, m=4)"]
+    heights = {c.get_label(): [bar.get_height() for bar in c] for c in ax.containers}
+    # the steps of make_study_runs: GRPO generate 0.5, update 1.0 and 1.2, 2.0 s in all; PODS 1.5-1.7, 1.0, 3.0-3.2
+    assert heights["generate"] == pytest.approx([0.5, 1.6])
+    assert heights["update"] == pytest.approx([1.1, 1.0])
+    assert heights["other"] == pytest.approx([0.4, 0.5])

@@ -387,6 +387,7 @@ def test_pods_train_help_lists_every_config_key_with_its_default(capsys):
     assert "  n = 16  (int)" in out and "--restart" in out
 
 
+@pytest.mark.slow
 def test_without_a_terminal_the_trainer_prints_progress_lines(base, tmp_path):
     cmd, env = child(tmp_path, base, tmp_path / "run", "max_steps=4", "--log-every", "0")
     result = subprocess.run(cmd, env=env, capture_output=True, text=True)

@@ -96,6 +96,7 @@ PINNED = {
 }
 
 
+@pytest.mark.slow
 def test_the_default_warm_start_is_pinned(tmp_path):
     import hashlib
     import random
