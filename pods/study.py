@@ -217,6 +217,8 @@ class Study:
         self.runs = list(dict.fromkeys(run for comparison in self.comparisons for run in comparison.runs()))
         self.hardware = sorted({run.hardware for run in self.runs})
         self.train_configs = {run: self.train_config(run) for run in self.runs}
+        for label in sorted({run.benchmark for run in self.runs if self.uses_warmstart(run.benchmark)}):
+            self.warmstart_config(label)
         for comparison in self.comparisons:
             self._check_design(comparison)
 
@@ -362,16 +364,29 @@ class Study:
         argv = ["train", "--config", self.trainer_config, *format_overrides(self.train_overrides(run))]
         return f"{self.profile(run.hardware).launch_prefix()} {shlex.join(argv)}"
 
-    def warmstart_command(self, label: str, output_dir: str) -> str:
-        warmstart = self.config["warmstart"]
-        overrides = {
-            **warmstart.get("overrides", {}),
+    def warmstart_overrides(self, label: str) -> dict[str, Any]:
+        """The study's warm-start overrides, then the benchmark's, then what the workflow sets."""
+        return {
+            **self.config["warmstart"].get("overrides", {}),
             **self.benchmark(label).get("warmstart", {}),
             "benchmark": self.benchmark(label).get("task", label),
-            "out_dir": output_dir,
+            "out_dir": self.warmstart_dir(label),
         }
+
+    def warmstart_config(self, label: str):
+        """The benchmark's WarmStartConfig as `pods warmstart` will resolve it from its command."""
+        from pods.warmstart import load_config
+
+        try:
+            return load_config(self.config["warmstart"].get("config"), format_overrides(self.warmstart_overrides(label)))
+        except (ValueError, FileNotFoundError) as exc:
+            raise StudyError(f"the warm start of benchmark {label!r} (warmstart.overrides, "
+                             f"benchmarks.{label}.warmstart): {exc}") from None
+
+    def warmstart_command(self, label: str) -> str:
+        warmstart = self.config["warmstart"]
         config_args = ["--config", warmstart["config"]] if warmstart.get("config") else []
-        return shlex.join(["pods", "warmstart", *config_args, *format_overrides(overrides)])
+        return shlex.join(["pods", "warmstart", *config_args, *format_overrides(self.warmstart_overrides(label))])
 
     # ---- what is on disk
     def summaries(self) -> dict[str, dict]:

@@ -137,7 +137,7 @@ def test_launchers_start_every_process_of_a_multi_node_run(tmp_path, launcher, p
 def test_warm_start_and_base_model_paths(tmp_path):
     s = study("config/smoke.yaml")
     assert s.base_model_marker("arith") == "models/smoke/arith/base/warmstart.json"
-    assert s.warmstart_command("arith", s.warmstart_dir("arith")) == (
+    assert s.warmstart_command("arith") == (
         "pods warmstart steps=5 batch_size=16 eval_items=20 pass_items=5 pass_samples=2 benchmark=arith "
         "out_dir=models/smoke/arith/base")
     hub = study(benchmarks={"arith": {"base_model": "Qwen/Qwen2.5-0.5B"},
@@ -185,6 +185,12 @@ def test_a_bad_key_or_value_names_its_layer(tmp_path):
         study(trainer_config=str(defaults))
     with pytest.raises(StudyError, match="trainer_config: no file nowhere.yaml"):
         study(trainer_config="nowhere.yaml")
+    with pytest.raises(StudyError, match=r"the warm start of benchmark 'arith' .*unknown warmstart key 'stepz' "
+                                         r"\(did you mean 'steps'\?\)"):
+        study(warmstart={"overrides": {"stepz": 5}})
+    with pytest.raises(StudyError, match=r"the warm start of benchmark 'arith_hard' .*batch_size: must be >= 1"):
+        study(benchmarks={"arith": {"base_model": "warmstart"},
+                          "arith_hard": {"base_model": "warmstart", "warmstart": {"batch_size": 0}}})
 
 
 MAIN = dict(name="main", benchmarks=["arith"], hardware=["cpu"])

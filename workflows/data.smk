@@ -20,7 +20,7 @@ rule warmstart:
     output:
         marker=STUDY.warmstart_marker("{benchmark}"),
     params:
-        cmd=lambda wc: STUDY.warmstart_command(wc.benchmark, STUDY.warmstart_dir(wc.benchmark)),
+        cmd=lambda wc: STUDY.warmstart_command(wc.benchmark),
     threads: config["warmstart"]["threads"]
     resources:
         mem_mb=3000,
