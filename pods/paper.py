@@ -278,9 +278,9 @@ def import_single_gpu_run(path: Path, base_rows: list[dict], family: Family, rul
     horizon_index = min(len(cps), family.horizon_s // family.interval_s) - 1
     steps = cps[horizon_index][0]
     parsed = parse_method(method)
-    run_dir = out / "runs" / family.benchmark / SINGLE_GPU_HARDWARE / method / f"seed{run}"
     identity = {"benchmark": family.benchmark, "hardware": SINGLE_GPU_HARDWARE, "method": method,
                 "rule": parsed.rule, "n": n, "m": m, "seed": run}
+    run_dir = Path(runfiles.run_path(str(out / "runs"), **{k: identity[k] for k in runfiles.RUN_KEY}))
     summary = runfiles.build_summary(
         identity, records, [], status="complete", eval_set=family.eval_set, steps=steps,
         train_time_s=float((horizon_index + 1) * family.interval_s), wall_time_s=None,
@@ -416,7 +416,8 @@ def import_cluster(src: Path, name: str, cluster: Cluster, out: Path) -> tuple[l
         config = {"source": summary["source"], "model": cluster.model, "benchmark": "gsm8k",
                   "eval_set": "gsm8k", "metric": ACC_METRIC, "rule": parsed.rule, "n": n, "m": m,
                   "grad_accum": ga, "gpus": 8, "step_unit": "optimiser step inferred from wandb _step"}
-        run_dir = out / "runs" / "gsm8k" / cluster.hardware / method / f"seed{seed}"
+        run_dir = Path(runfiles.run_path(str(out / "runs"), benchmark="gsm8k", hardware=cluster.hardware,
+                                         method=method, seed=seed))
         _write_run(run_dir, records, summary, config)
         run_dirs.append(run_dir)
     return run_dirs, notes

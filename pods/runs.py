@@ -42,6 +42,7 @@ STATUSES = ("running", "complete", "failed")
 STEP_PHASES = ("generate", "reward", "select", "logprob", "update")
 # Where a run lives under a study's runs folder; `run_key` reads the components back.
 RUN_LAYOUT = "{benchmark}/{hardware}/{method}/seed{seed}"
+RUN_KEY = ("benchmark", "hardware", "method", "seed")
 
 
 def run_path(runs_dir: str, **key: Any) -> str:
