@@ -31,7 +31,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypedDict
 
 from pods.atomic import atomic_write_text
 from pods.config import parse_method
@@ -43,6 +43,56 @@ STEP_PHASES = ("generate", "reward", "select", "logprob", "update")
 # Where a run lives under a study's runs folder; `run_key` reads the components back.
 RUN_LAYOUT = "{benchmark}/{hardware}/{method}/seed{seed}"
 RUN_KEY = ("benchmark", "hardware", "method", "seed")
+
+
+class _EvalFields(TypedDict):
+    """The fields every evaluation record has."""
+
+    step: int                   # optimiser steps done; 0 is the base model
+    train_time_s: float         # training clock at the evaluation (evaluation and checkpoints excluded)
+    eval_set: str               # which test set (a run may log several)
+    accuracy: float | None      # in [0, 1]; null only where the source measured none
+    mean_length: float | None   # mean completion length in tokens
+
+
+class EvalRecord(_EvalFields, total=False):
+    """One line of evals.jsonl (docs/contracts.md); `check_evals` holds every read to the fields
+    above (all required) and these (logged by the trainer, absent from some imported runs)."""
+
+    wall_time_s: float | None
+    eval_s: float  # seconds the evaluation took (off the training clock)
+    n_items: int
+    repeats: int
+
+
+class _StepFields(TypedDict):
+    """The fields every step record has."""
+
+    step: int                   # 1, 2, 3, ... without gaps
+    train_time_s: float         # training clock after the step
+    step_s: float               # the step's own seconds, all phases
+
+
+class StepRecord(_StepFields, total=False):
+    """One line of steps.jsonl; `check_steps` holds every read to the fields above and the phase
+    times."""
+
+    wall_time_s: float
+    generate_s: float  # the phases of STEP_PHASES
+    reward_s: float
+    select_s: float
+    logprob_s: float
+    update_s: float
+    rollouts_generated: int
+    rollouts_trained: int
+    tokens_generated: int
+    tokens_trained: int
+    reward_mean: float
+    zero_variance_frac: float       # prompt groups whose n rewards are all equal
+    kept_zero_variance_frac: float  # the same over the kept m
+    loss: float
+    grad_norm: float
+    lr: float
 
 
 def run_path(runs_dir: str, **key: Any) -> str:
@@ -381,8 +431,8 @@ class Run:
     """The validated contents of one run directory."""
 
     key: dict               # benchmark, hardware, method, seed (from the path)
-    evals: list[dict]
-    steps: list[dict]       # empty for imported runs, which log no optimiser steps
+    evals: list[EvalRecord]
+    steps: list[StepRecord]  # empty for imported runs, which log no optimiser steps
     summary: dict
 
 

@@ -408,3 +408,14 @@ def test_the_readme_selector_snippet_works_with_numpy():
     assert isinstance(advantages, np.ndarray) and advantages.shape == (3, 16)
     chosen = np.take_along_axis(rewards, kept, axis=1)
     np.testing.assert_allclose(advantages, (chosen - chosen.mean(1, keepdims=True)) / (chosen.std(1, ddof=1, keepdims=True) + 1e-4))
+
+
+def test_the_record_types_name_every_field_a_run_logs():
+    """pods.runs.EvalRecord / StepRecord are the run schema in types: a committed run logs no field
+    they lack, and has every field they require."""
+    run = runs.read_run(COMMITTED_RUN)
+    for records, kind in ((run.evals, runs.EvalRecord), (run.steps, runs.StepRecord)):
+        for record in records:
+            assert set(record) <= set(kind.__annotations__), set(record) - set(kind.__annotations__)
+            assert kind.__required_keys__ <= set(record)
+    assert {f"{phase}_s" for phase in runs.STEP_PHASES} <= set(runs.StepRecord.__annotations__)
