@@ -230,3 +230,14 @@ def test_schema_errors_name_the_key():
                                 methods=["pods-max_variance-n64-m16"])])
     with pytest.raises(StudyError, match=r"train: 'Max-Steps' does not match"):
         study(train={"Max-Steps": 3})
+
+
+@pytest.mark.parametrize("layer", [None, "config/ablations.yaml"])
+def test_the_committed_runs_are_what_the_study_resolves_now(layer):
+    """Each committed run's config.yaml (what its trainer ran with) equals the config the shipped
+    study gives it: a change to a defaults file, profile or study that would train them otherwise
+    fails here, and the runs must be regenerated."""
+    s = study(*([layer] if layer else []))
+    for run in s.runs:
+        recorded = yaml.safe_load((REPO / s.run_dir(run) / "config.yaml").read_text())
+        assert recorded == s.train_configs[run].to_dict(), run
