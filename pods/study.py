@@ -19,6 +19,7 @@ precedence is implemented):
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from collections.abc import Mapping, Sequence
@@ -152,9 +153,6 @@ class Run:
     method: str
     seed: int
 
-    def as_dict(self) -> dict:
-        return dict(benchmark=self.benchmark, hardware=self.hardware, method=self.method, seed=self.seed)
-
 
 @dataclass(frozen=True)
 class Comparison:
@@ -224,7 +222,7 @@ class Study:
 
     # ---- paths
     def run_dir(self, run: Run) -> str:
-        return run_path(self.runs_dir, **run.as_dict())
+        return run_path(self.runs_dir, **dataclasses.asdict(run))
 
     def benchmark(self, label: str) -> Mapping:
         return self.config["benchmarks"][label]
@@ -315,7 +313,7 @@ class Study:
     def rollouts_per_prompt(self, run: Run) -> int:
         """Rollouts the run generates per prompt, as its trainer resolves them (`rollouts_per_prompt:
         null` is one group of n)."""
-        cfg = self.train_configs.get(run) or self.train_config(run)
+        cfg = self.train_configs[run]
         return cfg.groups_per_prompt * cfg.n
 
     # ---- the trainer

@@ -9,12 +9,9 @@ from pathlib import Path
 import yaml
 
 from pods.runs import run_path
-from pods.study import Study, StudyError, run_from
+from pods.study import Study, run_from
 
-try:
-    STUDY = Study(config, schema=yaml.safe_load(Path(workflow.basedir, "config", "schema.yaml").read_text()))
-except StudyError as exc:
-    raise ValueError(str(exc)) from None
+STUDY = Study(config, schema=yaml.safe_load(Path(workflow.basedir, "config", "schema.yaml").read_text()))
 
 RESULTS, MODELS, FIGURES = STUDY.results, STUDY.models, STUDY.figures
 RUNS, LOGS = STUDY.runs_dir, STUDY.logs
