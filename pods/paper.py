@@ -413,7 +413,7 @@ def import_cluster(src: Path, name: str, cluster: Cluster, out: Path) -> tuple[l
         except ValueError as exc:
             raise ValueError(f"{src / f'{name}-acc.csv'}: run {prefix}-s{seed}: {exc}") from None
         if len(optimizer_steps) > 1 and optimizer_steps[-1] == optimizer_steps[-2]:
-            # one evaluation per step and eval set (the run schema): the repeat of the same weights goes
+            # the run schema has one evaluation per step and eval set: the same weights' second one goes
             last_t, prev_t = merged["time"].iloc[-1], merged["time"].iloc[-2]
             notes.append(f"{name}: seed {seed} (n={n}, m={m}, ga={ga}): the last evaluation (t = {last_t:.0f} s) "
                          f"follows no optimiser step after the one at t = {prev_t:.0f} s (wandb _step "
@@ -807,7 +807,7 @@ def _cmd_manifest(args) -> int:
     absent = [name for name, sha in manifest["files"].items() if sha is None]
     header = (f"# The authors' released results/ at the pinned commit: sha256 of every file the paper's\n"
               f"# figures use, made by `pods paper manifest --src {args.src}`.\n"
-              f"# A downloaded file whose sha256 differs is refused.\n")
+              "# A downloaded file whose sha256 differs is refused.\n")
     if absent:
         header += (f"# null: absent from that local copy ({len(absent)} files); such files are downloaded without\n"
                    f"# a pinned checksum and their sha256 is recorded in <dest>/SHA256SUMS.\n")
