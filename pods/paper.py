@@ -27,16 +27,28 @@ MATH training set with the correctness-only reward ("MATH-NF"). Rules: no suffix
 MaxR = max_reward, Rand = random; n = m is vanilla GRPO (`grpo-n{n}-m{n}`).
 
 Single-GPU runs: the k-th checkpoint (in step order) becomes train_time_s = k x 1800 (k x 600 for
-Llama), the nominal save time the authors plot; one evaluation row per eval set (gsm8k, math500,
-amc23) with `accuracy` = mean over the 5 repeats of `ans_acc` (`both_acc` for Llama, as the paper
-plots it; all three metrics are kept as extra fields); the base model is the t = 0 row of every
-run. summary.json carries s_per_step = horizon / global step of the horizon checkpoint (6 h;
-1.5 h for Llama), the authors' "seconds per training step".
+Llama), the nominal save time the authors plot; one evaluation row per eval set the checkpoint
+holds (gsm8k, math500, amc23 for Qwen; gsm8k only for Llama) with `accuracy` = mean over the 5
+repeats of `ans_acc` (`both_acc` for Llama, as the paper plots it; all three metrics are kept as
+extra fields); the base model is the t = 0 row of each eval set the run evaluates later. An eval
+set found only in the base file (base-llama.json's amc23 and math500) is left out and named in
+the import report. Every checkpoint is imported, also past the horizon and where a run has fewer
+than its siblings (one released Llama run has 11 of 12); figures and tables stop at the horizon,
+which every released run reaches (a run ending before it would enter the curves with its last
+checkpoint, the nearest evaluation, where the authors' script averages the runs present).
+summary.json carries s_per_step = horizon / global step of the horizon checkpoint (6 h; 1.5 h for
+Llama), the authors' "seconds per training step".
 Multi-GPU runs: one row per wandb evaluation with train_time_s = `eval/time` (evaluation time
-excluded) and `step` = wandb `_step` (a logging counter, not the optimiser step: PAPER.md 4.1).
-Their s_per_step is the authors' bar-chart formula 1800 x GA / `_step` at 30 min, labelled as such.
+excluded), `step` = the optimiser step inferred from wandb's `_step` log-call counter
+(`inferred_optimizer_steps`) and `wandb_step` = `_step`. Their s_per_step is training time /
+inferred steps at the evaluation nearest 30 min; the authors' bar-chart formula 1800 x GA /
+`_step` at 30 min is kept as s_per_step_authors.
 A seed that appears in only one of the acc/length exports is left out and named in the import
-report, as the authors' script intersects them too.
+report, as the authors' script intersects them too. wandb writes one row per logged evaluation
+with every other run's cells empty; empty cells are no evaluation. A final evaluation that
+follows no optimiser step (three A100 runs: training stopped before the next step, the weights are
+those evaluated before) is left out and named in the report: the run schema has one evaluation
+per step, and in every released run it lies past 30 min, where no grid point takes it.
 """
 from __future__ import annotations
 
@@ -114,8 +126,8 @@ class Cluster:
 
 
 CLUSTERS = {
-    # 5: every H100 evaluation of the release fits exactly; 45: PAPER.md 4.1's reading of the A100
-    # export, which the local copy of the release lacks (a mismatch stops the import)
+    # wandb log calls per evaluation that fit every released evaluation exactly (but the final
+    # ones, see inferred_optimizer_steps); a mismatch stops the import
     "h100s": Cluster("h100x8-zero2", "GRPO", "Qwen/Qwen2.5-3B-Instruct", eval_log_calls=5),
     "a100s": Cluster("a100x8-zero2", "GR7B", "7B instruct model (likely Qwen/Qwen2.5-7B-Instruct)", eval_log_calls=45),
 }
@@ -266,14 +278,23 @@ def checkpoints(log: Mapping, path: Path) -> list[tuple[int, str]]:
 
 
 def import_single_gpu_run(path: Path, base_rows: list[dict], family: Family, rule: str | None,
-                          n: int, m: int, run: int, out: Path) -> Path:
+                          n: int, m: int, run: int, out: Path) -> tuple[Path, list[str]]:
+    """Write one run; returns its directory and the eval sets of the base file it never evaluates."""
     method = setting_method(rule, n, m)
     log = _read_json(path)
     cps = checkpoints(log, path)
-    records = [{"step": 0, "train_time_s": 0.0, "wall_time_s": None, **row} for row in base_rows]
-    for k, (step, key) in enumerate(cps, 1):
-        for row in eval_rows(log[key], family.metric, f"{path.name}:{key}"):
-            records.append({"step": step, "train_time_s": float(k * family.interval_s), "wall_time_s": None, **row})
+    later = [{"step": step, "train_time_s": float(k * family.interval_s), "wall_time_s": None, **row}
+             for k, (step, key) in enumerate(cps, 1)
+             for row in eval_rows(log[key], family.metric, f"{path.name}:{key}")]
+    # The base file is shared by runs that evaluate different sets (base-llama.json has amc23 and
+    # math500, the Llama runs gsm8k only): a run gets the t = 0 row of the sets it evaluates.
+    evaluated = {r["eval_set"] for r in later}
+    base_sets = {r["eval_set"] for r in base_rows}
+    if evaluated - base_sets:
+        raise ValueError(f"{path}: evaluates {sorted(evaluated - base_sets)}, which {family.base_file} "
+                         f"(the t = 0 point) lacks; it has {sorted(base_sets)}")
+    records = [{"step": 0, "train_time_s": 0.0, "wall_time_s": None, **row}
+               for row in base_rows if row["eval_set"] in evaluated] + later
     # the authors' s/step: the horizon over the global step of the checkpoint saved at the horizon
     horizon_index = min(len(cps), family.horizon_s // family.interval_s) - 1
     steps = cps[horizon_index][0]
@@ -291,7 +312,7 @@ def import_single_gpu_run(path: Path, base_rows: list[dict], family: Family, rul
               "eval_set": family.eval_set, "metric": family.metric, "checkpoint_interval_s": family.interval_s,
               "horizon_s": family.horizon_s, "rule": parsed.rule, "n": n, "m": m}
     _write_run(run_dir, records, summary, config)
-    return run_dir
+    return run_dir, sorted(base_sets - evaluated)
 
 
 def _write_run(run_dir: Path, records: list[dict], summary: dict, config: dict) -> None:
@@ -343,15 +364,18 @@ def inferred_optimizer_steps(wandb_steps: Sequence[int], grad_accum: int, eval_l
 
     In the authors' TRL fork every micro-step and reward function logs to wandb, so `_step`
     advances 3 x GA + 5 per optimiser step and `eval_log_calls` per evaluation, 2 fewer at the
-    first (PAPER.md 4.1). On the released H100 runs (5 calls) this gives whole numbers at every
-    evaluation but the last of two runs (2 counts off: the end-of-training logs), hence the
-    rounding; counts that fit no whole number of steps stop the import.
+    first (PAPER.md 4.1). On the released runs (5 calls on the H100s, 45 on the A100s) this gives
+    whole numbers at every evaluation but the last of some runs (2 counts off: the end-of-training
+    logs), hence the rounding; counts that fit no whole number of steps stop the import. The last
+    evaluation may repeat the step before it: training stopped before another optimiser step and
+    the final evaluation saw the same weights (three A100 runs; `import_cluster` leaves it out).
     """
     per_step = 3 * grad_accum + 5
     exact = [(s - (eval_log_calls * i - 2)) / per_step for i, s in enumerate(wandb_steps, 1)]
     steps = [round(x) for x in exact]
     misfit = [i for i, x in enumerate(exact[:-1], 1) if abs(x - round(x)) > 1e-9]
-    if misfit or steps[0] < 1 or any(b <= a for a, b in zip(steps, steps[1:])):
+    if misfit or steps[0] < 1 or any(b <= a for a, b in zip(steps, steps[1:-1])) or (
+            len(steps) > 1 and steps[-1] < steps[-2]):
         raise ValueError(f"wandb _step {list(wandb_steps)[:6]}... does not fit {per_step} log calls per optimiser "
                          f"step and {eval_log_calls} per evaluation (GA {grad_accum}; PAPER.md 4.1)")
     return steps
@@ -388,6 +412,13 @@ def import_cluster(src: Path, name: str, cluster: Cluster, out: Path) -> tuple[l
             optimizer_steps = inferred_optimizer_steps(merged["_step"].astype(int).tolist(), ga, cluster.eval_log_calls)
         except ValueError as exc:
             raise ValueError(f"{src / f'{name}-acc.csv'}: run {prefix}-s{seed}: {exc}") from None
+        if len(optimizer_steps) > 1 and optimizer_steps[-1] == optimizer_steps[-2]:
+            # the run schema has one evaluation per step and eval set: the same weights' second one goes
+            last_t, prev_t = merged["time"].iloc[-1], merged["time"].iloc[-2]
+            notes.append(f"{name}: seed {seed} (n={n}, m={m}, ga={ga}): the last evaluation (t = {last_t:.0f} s) "
+                         f"follows no optimiser step after the one at t = {prev_t:.0f} s (wandb _step "
+                         f"+{int(merged['_step'].iloc[-1] - merged['_step'].iloc[-2])}) and is left out")
+            merged, optimizer_steps = merged.iloc[:-1], optimizer_steps[:-1]
         records = [{
             "step": step, "train_time_s": float(r["time"]), "wall_time_s": None,
             "eval_set": "gsm8k",
@@ -445,7 +476,8 @@ def import_release(src: str | os.PathLike, out: str | os.PathLike) -> dict:
     src, out = Path(src), Path(out)
     if not src.is_dir():
         raise FileNotFoundError(f"release folder {src} does not exist")
-    report = {"source": str(src), "commit": RELEASE_COMMIT, "imported": {}, "missing": {}, "notes": []}
+    report = {"source": str(src), "commit": RELEASE_COMMIT, "imported": {}, "missing": {},
+              "base_only_eval_sets": {}, "notes": []}
     # every presence check first, so a missing file stops the import before anything is written
     single, clusters = [], []
     for family_name, rule, n, m, beta in SINGLE_GPU_SETTINGS:
@@ -465,10 +497,20 @@ def import_release(src: str | os.PathLike, out: str | os.PathLike) -> dict:
         key = (family.base_file, family.metric)
         if key not in base_cache:
             base_cache[key] = eval_rows(_read_json(src / family.base_file), family.metric, family.base_file)
+        base_only: dict[str, list[int]] = {}
         for k, path in enumerate(files, 1):
-            import_single_gpu_run(path, base_cache[key], family, rule, n, m, k, out)
+            for eval_set in import_single_gpu_run(path, base_cache[key], family, rule, n, m, k, out)[1]:
+                base_only.setdefault(eval_set, []).append(k)
         report["imported"][prefix] = {"benchmark": family.benchmark, "hardware": SINGLE_GPU_HARDWARE,
                                       "method": setting_method(rule, n, m), "runs": len(files)}
+        if base_only:
+            report["base_only_eval_sets"][prefix] = base_only
+            for eval_set, runs in base_only.items():
+                which = ("no run evaluates" if len(runs) == len(files) else
+                         f"run {runs[0]} does not evaluate" if len(runs) == 1 else
+                         f"runs {', '.join(map(str, runs))} do not evaluate")
+                report["notes"].append(f"{prefix}: {eval_set!r} of {family.base_file} is left out: "
+                                       f"{which} it after t = 0")
     for name, cluster in clusters:
         run_dirs, notes = import_cluster(src, name, cluster, out)
         report["notes"] += notes
@@ -765,8 +807,10 @@ def _cmd_manifest(args) -> int:
     absent = [name for name, sha in manifest["files"].items() if sha is None]
     header = (f"# The authors' released results/ at the pinned commit: sha256 of every file the paper's\n"
               f"# figures use, made by `pods paper manifest --src {args.src}`.\n"
-              f"# null: absent from that local copy ({len(absent)} files); such files are downloaded without\n"
-              f"# a pinned checksum and their sha256 is recorded in <dest>/SHA256SUMS.\n")
+              "# A downloaded file whose sha256 differs is refused.\n")
+    if absent:
+        header += (f"# null: absent from that local copy ({len(absent)} files); such files are downloaded without\n"
+                   f"# a pinned checksum and their sha256 is recorded in <dest>/SHA256SUMS.\n")
     atomic_write_text(args.out, header + yaml.safe_dump({"release": manifest}, sort_keys=False))
     print(f"{len(manifest['files']) - len(absent)} pinned, {len(absent)} unpinned -> {args.out}")
     return 0
