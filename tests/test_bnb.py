@@ -133,6 +133,7 @@ def test_4bit_base_lora_adapter_and_8bit_adamw(base):
     # resume: adapter and 8-bit optimiser states into a fresh engine, then one more step in both
     state = engine.state_dict()
     assert all("lora_" in k for k in state["adapter"])
+    assert torch.equal(engine.ref_logprobs(batch), start)  # saving leaves the base's (CPU-packed) layout alone
     fresh = LoraUpdateEngine(model=AutoModelForCausalLM.from_pretrained(base), config=engine_config(base))
     fresh.load_state_dict(state)
     assert torch.equal(fresh.logprobs(batch), engine.logprobs(batch))
@@ -179,7 +180,10 @@ def test_which_bitsandbytes_kernels_ran(base, capsys):
         engine.policy.generate(input_ids=batch.input_ids[:2, -4:], max_new_tokens=4, do_sample=False)
     ran = {"load (4-bit quantisation)": load.calls, "update step": step.calls, "decoding": decode.calls}
     # the recipe's pieces all ran through bitsandbytes
-    assert load.calls["quantize_4bit"] and step.calls["gemm_4bit"] and step.calls["optimizer_update_8bit_blockwise"]
+    # (on a CPU with AVX512-BF16 the no-grad reference forward packs the weights for its CPU kernel,
+    # and the update's matmuls then run as gemv_4bit on that layout)
+    assert load.calls["quantize_4bit"] and step.calls["optimizer_update_8bit_blockwise"]
+    assert step.calls["gemm_4bit"] or step.calls["gemv_4bit"]
     assert decode.calls["gemm_4bit"] or decode.calls["gemv_4bit"]
     from bitsandbytes.functional import has_avx512bf16
 

@@ -111,7 +111,12 @@ class LoraUpdateEngine(TorchUpdateEngine):
     def adapter_state(self) -> dict:
         from peft import get_peft_model_state_dict
 
-        return {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(self.policy).items()}
+        # Only the trainable tensors go to peft: the model's full state_dict() would serialise the 4-bit
+        # base too, and on CPUs with AVX512-BF16 bitsandbytes unpacks its CPU weight layout to do so,
+        # which changes the base's later log-probs (by ~4e-3 nats) and would make a resumed run differ.
+        trainable = {name: p for name, p in self.policy.named_parameters() if p.requires_grad}
+        state = get_peft_model_state_dict(self.policy, state_dict=trainable)
+        return {k: v.detach().cpu().clone() for k, v in state.items()}
 
     def state_dict(self) -> dict:
         return {
