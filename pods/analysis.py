@@ -7,15 +7,15 @@ declared and justified in docs/verdict.md.
 
 Pipeline:
   load_runs(root)                   every run directory, checked (pods.runs), as three tables
-  align_to_grid(df, grid)           each seed's curve read off a common time grid
+  align_to_grid(df, grid)           each seed's curve read off a common time grid (linear
+                                    interpolation between evaluations by default)
   mean_curve(df, grid)              mean over seeds, +-1.96 SEM band
-  TARGET_RULES                      (t, baseline mean, method mean, fraction) -> Target:
-                                    `paper` (PAPER.md 2.3: first grid point at fraction x the
-                                    baseline's peak) and `isotonic` (monotone fits, interpolated)
-  compare_arms(grid, base, method)  every rule with its per-seed bootstrap interval, the verdict,
-                                    and speedup = step efficiency / step-cost ratio
-  summarize_study(study, evals, steps)  one row per (comparison, target) -> summary.csv
-  verdict_table(summary)            one row per comparison -> summary.md, the README
+  comparison_arms(comp, evals)      both arms' curves and optimiser-step counts on the grid
+  pods.verdict.compare(...)         every endpoint: estimate, calibrated interval, p, decision,
+                                    plateau flag, and speedup = step efficiency / step-cost ratio
+  summarize_study(study, evals, steps)  one row per (comparison, endpoint) -> summary.csv, the
+                                    primary endpoints adjusted for multiplicity over the study
+  verdict_table(summary)            one row per comparison, both questions -> summary.md, README
 
 Study file (`pods analyze --study FILE`): YAML, either a list of comparisons or a mapping with a
 `comparisons:` list. One comparison:
@@ -28,12 +28,15 @@ Study file (`pods analyze --study FILE`): YAML, either a list of comparisons or 
       eval_set: gsm8k               # optional when the runs have a single eval set
       grid_s: 1800                  # optional grid spacing in seconds; inferred when absent
       t_max_s: 21600                # optional end of the grid; inferred when absent
+      target_accuracy: 0.45         # optional fixed quality target: the `fixed` endpoint
+      align: linear                 # optional alignment (ALIGNERS); the authors' multi-GPU
+                                    # runs use `nearest`, as their own plots did
 
-Summary columns: `target_rule` (paper | isotonic | equal_time) and `target` (the fraction of the
-baseline's peak, `0.99` / `1.00`, or for equal_time the budget point, `half` / `end`);
-`target_accuracy` is the accuracy to reach. `ci_low` / `ci_high` bound the row's estimate
-(`speedup` for time rules, `accuracy_diff` for equal_time) and `verdict` reads them. Summaries
-written before these names (`rule`, `threshold`) are read by `read_summary`.
+Summary columns: `endpoint` (pods.verdict.ENDPOINTS), its `question` (a | b) and `role`
+(primary | secondary); `estimate` with `ci_low` / `ci_high` (a speedup for time endpoints, a
+difference of accuracies otherwise), `p_value`, the unadjusted `verdict`, and for primary rows
+`p_adjusted` / `verdict_adjusted`; `target_rule` / `target` are the older two-column names of the
+same rows (paper 0.99, isotonic 0.99, equal_time end, ...).
 """
 from __future__ import annotations
 
@@ -48,8 +51,10 @@ import pandas as pd
 import yaml
 
 from pods import runs as runfiles
-from pods.config import parse_method
+from pods import stats, verdict
 from pods.atomic import atomic_write_text
+from pods.config import parse_method
+from pods.registry import Registry
 
 RUN_KEYS = ["benchmark", "hardware", "method", "seed"]
 EVAL_COLUMNS = RUN_KEYS + ["step", "train_time_s", "eval_set", "accuracy", "mean_length"]
@@ -134,14 +139,20 @@ def load_summaries(runs) -> pd.DataFrame:
 # Aligning curves to a time grid
 # --------------------------------------------------------------------------------------------
 # how -> function(times sorted ascending, values, grid) -> values on the grid (NaN = no point)
-ALIGNERS: dict[str, Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]] = {}
+ALIGNERS: Registry = Registry("alignment")
+DEFAULT_ALIGN = "linear"
 
 
 def register_aligner(name: str):
-    def wrap(fn):
-        ALIGNERS[name] = fn
-        return fn
-    return wrap
+    return ALIGNERS.register(name)
+
+
+@register_aligner("linear")
+def _align_linear(times: np.ndarray, values: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """Straight-line interpolation between the evaluations around each grid time (an evaluation
+    that ran a second after a grid point is not credited to it); NaN past the last evaluation."""
+    out = np.interp(grid, times, values)
+    return np.where((grid >= times[0]) & (grid <= times[-1]), out, np.nan)
 
 
 @register_aligner("nearest")
@@ -174,15 +185,15 @@ def check_columns(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
         raise ValueError(f"{what} lacks column(s) {', '.join(missing)}")
 
 
-def align_to_grid(df: pd.DataFrame, grid: Sequence[float], how: str = "nearest",
+def align_to_grid(df: pd.DataFrame, grid: Sequence[float], how: str | None = None,
                   value: str = "accuracy") -> pd.DataFrame:
     """Each seed's `value` read off `grid` (seconds of train_time_s).
 
     Returns one row per (group, seed, grid time) with columns [<group keys>, seed, t, value],
     where the group keys are whichever of benchmark/hardware/method/eval_set `df` carries.
     """
-    if how not in ALIGNERS:
-        raise ValueError(f"unknown alignment {how!r}; choose from {sorted(ALIGNERS)}")
+    how = how or DEFAULT_ALIGN
+    ALIGNERS[how]  # an unknown name: one line listing the known ones
     check_columns(df, ["seed", "train_time_s", value], "align_to_grid input")
     grid = np.asarray(grid, dtype=float)
     keys = [k for k in ("benchmark", "hardware", "method", "eval_set") if k in df.columns] + ["seed"]
@@ -206,7 +217,7 @@ def _single_arm(df: pd.DataFrame, what: str) -> None:
             raise ValueError(f"{what}: expected one {key}, got {sorted(df[key].unique())}")
 
 
-def seed_matrix(df: pd.DataFrame, grid: Sequence[float], how: str = "nearest",
+def seed_matrix(df: pd.DataFrame, grid: Sequence[float], how: str | None = None,
                 value: str = "accuracy") -> tuple[list[int], np.ndarray]:
     """(seeds, array[seed, grid point]) of one arm."""
     _single_arm(df, "seed_matrix")
@@ -229,7 +240,7 @@ def curve_from_matrix(grid: Sequence[float], matrix: np.ndarray) -> pd.DataFrame
                          "lo": mean - Z95 * sem, "hi": mean + Z95 * sem, "n_seeds": n})
 
 
-def mean_curve(df: pd.DataFrame, grid: Sequence[float], how: str = "nearest",
+def mean_curve(df: pd.DataFrame, grid: Sequence[float], how: str | None = None,
                value: str = "accuracy") -> pd.DataFrame:
     """DataFrame[t, mean, sem, lo, hi, n_seeds] of one arm (one method, benchmark, eval set)."""
     _, matrix = seed_matrix(df, grid, how=how, value=value)
@@ -280,202 +291,30 @@ class Target(NamedTuple):
     speedup: float | None       # t_baseline / t_method; None when either is missing
 
 
-# name -> rule(t, baseline mean curve, method mean curve, fraction of the peak) -> Target
-TargetRule = Callable[[np.ndarray, np.ndarray, np.ndarray, float], Target]
-TARGET_RULES: dict[str, TargetRule] = {}
-
-
-def register_target_rule(name: str):
-    def wrap(fn):
-        TARGET_RULES[name] = fn
-        return fn
-    return wrap
-
-
-def _target(target: float | None, t_b: float | None, t_m: float | None) -> Target:
-    if t_b is None or t_m is None:
-        return Target(target, t_b, t_m, None)
-    return Target(target, t_b, t_m, t_b / t_m if t_m > 0 else math.inf)
-
-
-def first_time_reaching(t: np.ndarray, y: np.ndarray, target: float) -> float | None:
-    """First t > 0 with y >= target (t = 0 is the shared base model, never a finish line)."""
-    hits = np.flatnonzero((t > 0) & (y >= target))
-    return float(t[hits[0]]) if hits.size else None
-
-
-@register_target_rule("paper")
-def paper_rule(t: np.ndarray, y_base: np.ndarray, y_method: np.ndarray, fraction: float) -> Target:
-    """PAPER.md 2.3: fraction x the baseline mean curve's highest point after t = 0; each arm's
-    first grid point at or above it."""
-    later = (t > 0) & ~np.isnan(y_base)
-    if not later.any():
-        raise ValueError("baseline curve has no point after t = 0")
-    target = fraction * float(np.max(y_base[later]))
-    return _target(target, first_time_reaching(t, y_base, target), first_time_reaching(t, y_method, target))
-
-
 def isotonic_fit(y: np.ndarray) -> np.ndarray:
-    """The least-squares non-decreasing curve through `y` (pool adjacent violators)."""
-    from scipy.optimize import isotonic_regression
-
-    return isotonic_regression(np.asarray(y, dtype=float), increasing=True).x
-
-
-def interpolated_crossing(t: np.ndarray, f: np.ndarray, target: float) -> float | None:
-    """First time the straight-line interpolation of the points (t, f) reaches `target`."""
-    hits = np.flatnonzero(f >= target)
-    if not hits.size:
-        return None
-    j = hits[0]
-    if j == 0:
-        return float(t[0])
-    return float(t[j - 1] + (target - f[j - 1]) / (f[j] - f[j - 1]) * (t[j] - t[j - 1]))
-
-
-@register_target_rule("isotonic")
-def isotonic_rule(t: np.ndarray, y_base: np.ndarray, y_method: np.ndarray, fraction: float) -> Target:
-    """docs/verdict.md: each mean curve fitted under monotonicity, target = fraction x the
-    baseline fit's maximum after t = 0, crossings interpolated between grid points."""
-    ok = ~np.isnan(y_base) & ~np.isnan(y_method)
-    t, y_base, y_method = t[ok], y_base[ok], y_method[ok]
-    if not (t > 0).any():
-        raise ValueError("baseline curve has no point after t = 0")
-    f_base, f_method = isotonic_fit(y_base), isotonic_fit(y_method)
-    target = fraction * float(f_base[t > 0].max())
-    if target <= f_base[0]:  # the baseline never rose above where it started: no peak to reach
-        return Target(None, None, None, None)
-    return _target(target, interpolated_crossing(t, f_base, target), interpolated_crossing(t, f_method, target))
+    """The least-squares non-decreasing curve through `y` (one curve; pods.stats batches it)."""
+    return stats.isotonic_fits(np.asarray(y, dtype=float))
 
 
 def time_to_target(baseline_curve: pd.DataFrame, method_curve: pd.DataFrame,
-                   threshold: float = 0.99, rule: str = "paper") -> Target:
-    """A target rule of TARGET_RULES on two mean curves (DataFrames with columns t, mean) on one grid."""
+                   threshold: float = 0.99, rule: str = "paper", fixed: float | None = None) -> Target:
+    """A rule of pods.stats.TIME_RULES on two mean curves (DataFrames with columns t, mean) on one grid."""
     if not 0 < threshold <= 1:
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")
-    if rule not in TARGET_RULES:
-        raise ValueError(f"unknown target rule {rule!r}; choose from {sorted(TARGET_RULES)}")
     check_columns(baseline_curve, ["t", "mean"], "baseline curve")
     check_columns(method_curve, ["t", "mean"], "method curve")
     t = baseline_curve["t"].to_numpy(float)
     if not np.array_equal(t, method_curve["t"].to_numpy(float)):
         raise ValueError("baseline and method curves are on different grids")
-    return TARGET_RULES[rule](t, baseline_curve["mean"].to_numpy(float), method_curve["mean"].to_numpy(float),
-                              threshold)
-
-
-# --------------------------------------------------------------------------------------------
-# Comparing two arms: every rule, its per-seed bootstrap, the decomposition and the verdict
-# --------------------------------------------------------------------------------------------
-# (rule, fraction or budget point) of every summary row, in table order
-TIME_TARGETS = (("paper", 0.99), ("paper", 1.00), ("isotonic", 0.99))
-EQUAL_TIMES = (("equal_time", "half"), ("equal_time", "end"))
-CI = 0.95
-MAX_SEEDS_TO_DECIDE = 1000
-
-
-class Arm(NamedTuple):
-    """One arm of a comparison: each seed's curve on the grid, and its seconds per step."""
-
-    curves: np.ndarray   # [seeds, grid points]
-    costs: np.ndarray    # [seeds] mean seconds per optimiser step (NaN where unknown)
-
-
-def _interval(values: np.ndarray) -> tuple[float, float]:
-    finite = values[~np.isnan(values)]
-    if not finite.size:
-        return math.nan, math.nan
-    lo, hi = np.quantile(finite, [(1 - CI) / 2, 1 - (1 - CI) / 2])
-    return float(lo), float(hi)
-
-
-def verdict(lo: float, hi: float, *, above: str, below: str, at: float) -> str:
-    """`above` when the whole interval is above `at`, `below` when below it, else undecided."""
-    if lo > at:
-        return above
-    if hi < at:
-        return below
-    return "undecided"
-
-
-def seeds_to_decide(estimate: float | None, lo: float, hi: float, seeds: int, log_scale: bool) -> float | None:
-    """docs/verdict.md: seeds per arm at which the interval's half-width would fall below the
-    distance of the estimate from no effect, if the spread stays as measured; inf past 1000."""
-    if estimate is None or not all(map(math.isfinite, (lo, hi, estimate))):
-        return math.inf
-    if log_scale:
-        if estimate <= 0 or lo <= 0:
-            return math.inf
-        distance, half_width = abs(math.log(estimate)), (math.log(hi) - math.log(lo)) / 2
-    else:
-        distance, half_width = abs(estimate), (hi - lo) / 2
-    if distance == 0:
-        return math.inf
-    needed = math.ceil(seeds * (half_width / distance) ** 2)
-    return float(needed) if needed <= MAX_SEEDS_TO_DECIDE else math.inf
-
-
-def compare_arms(grid: np.ndarray, base: Arm, meth: Arm, n_boot: int = 2000, seed: int = 0) -> list[dict]:
-    """One record per target (TIME_TARGETS, EQUAL_TIMES): the estimate on all seeds, its
-    per-seed bootstrap interval, the verdict, and for time targets the decomposition into
-    step efficiency and step cost. The same resamples serve every target."""
-    grid = np.asarray(grid, dtype=float)
-    rng = np.random.default_rng(seed)
-    pick_b = rng.integers(0, len(base.curves), (n_boot, len(base.curves)))
-    pick_m = rng.integers(0, len(meth.curves), (n_boot, len(meth.curves)))
-    mean = lambda x, idx: np.nanmean(x[idx], axis=0)  # noqa: E731 - mean over the picked seeds
-    boot_b = [mean(base.curves, idx) for idx in pick_b]
-    boot_m = [mean(meth.curves, idx) for idx in pick_m]
-    cost_b = np.array([np.nanmean(base.costs[idx]) if np.isfinite(base.costs[idx]).any() else np.nan for idx in pick_b])
-    cost_m = np.array([np.nanmean(meth.costs[idx]) if np.isfinite(meth.costs[idx]).any() else np.nan for idx in pick_m])
-    y_b, y_m = mean(base.curves, slice(None)), mean(meth.curves, slice(None))
-    c_b = float(np.nanmean(base.costs)) if np.isfinite(base.costs).any() else math.nan
-    c_m = float(np.nanmean(meth.costs)) if np.isfinite(meth.costs).any() else math.nan
-    k = min(len(base.curves), len(meth.curves))
-    t_max = float(grid[-1])
-    records = []
-    for rule, fraction in TIME_TARGETS:
-        point = TARGET_RULES[rule](grid, y_b, y_m, fraction)
-        speedups = np.empty(n_boot)
-        reached = np.zeros(n_boot, dtype=bool)
-        for i in range(n_boot):
-            rep = TARGET_RULES[rule](grid, boot_b[i], boot_m[i], fraction)
-            reached[i] = rep.t_method is not None
-            if rep.t_baseline is None:  # no gain over the base model in this resample: undefined
-                speedups[i] = math.nan
-            else:  # not reached within the budget: at most t_baseline / T (docs/verdict.md)
-                speedups[i] = rep.speedup if rep.speedup is not None else rep.t_baseline / t_max
-        lo, hi = _interval(speedups)
-        efficiency = speedups * cost_m / cost_b
-        cost_ratio = cost_m / cost_b
-        record = {
-            "target_rule": rule, "target": f"{fraction:.2f}", "target_accuracy": point.target,
-            "t_baseline_s": point.t_baseline, "t_method_s": point.t_method, "speedup": point.speedup,
-            "ci_low": lo, "ci_high": hi, "reached_frac": float(reached.mean()),
-            "verdict": verdict(lo, hi, above="faster", below="slower", at=1.0),
-            "steps_baseline": point.t_baseline / c_b if point.t_baseline is not None else None,
-            "steps_method": point.t_method / c_m if point.t_method is not None else None,
-            "step_efficiency": point.speedup * c_m / c_b if point.speedup is not None else None,
-            "step_cost_ratio": c_m / c_b,
-        }
-        record["step_efficiency_ci_low"], record["step_efficiency_ci_high"] = _interval(efficiency)
-        record["step_cost_ratio_ci_low"], record["step_cost_ratio_ci_high"] = _interval(cost_ratio)
-        record["seeds_to_decide"] = (seeds_to_decide(point.speedup, lo, hi, k, log_scale=True)
-                                     if record["verdict"] == "undecided" else None)
-        records.append(record)
-    for rule, when in EQUAL_TIMES:
-        j = len(grid) - 1 if when == "end" else int(np.argmin(np.abs(grid - t_max / 2)))
-        diffs = np.array([m[j] - b[j] for b, m in zip(boot_b, boot_m)])
-        lo, hi = _interval(diffs)
-        estimate = float(y_m[j] - y_b[j])
-        record = {"target_rule": rule, "target": when, "at_s": float(grid[j]),
-                  "accuracy_baseline": float(y_b[j]), "accuracy_method": float(y_m[j]),
-                  "accuracy_diff": estimate, "ci_low": lo, "ci_high": hi,
-                  "verdict": verdict(lo, hi, above="higher", below="lower", at=0.0)}
-        record["seeds_to_decide"] = (seeds_to_decide(estimate, lo, hi, k, log_scale=False)
-                                     if record["verdict"] == "undecided" else None)
-        records.append(record)
-    return records
+    y_b, y_m = baseline_curve["mean"].to_numpy(float), method_curve["mean"].to_numpy(float)
+    ok = ~np.isnan(y_b) & ~np.isnan(y_m)
+    if not (t[ok] > 0).any():
+        raise ValueError("baseline curve has no point after t = 0")
+    times = stats.TIME_RULES[rule](t[ok], y_b[ok][None, :], y_m[ok][None, :], threshold, fixed)
+    value = lambda x: None if not np.isfinite(x[0]) else float(x[0])  # noqa: E731
+    target, tb, tm = value(times.target), value(times.t_baseline), value(times.t_method)
+    speedup = None if tb is None or tm is None else (tb / tm if tm > 0 else math.inf)
+    return Target(target, tb if target is not None else None, tm if target is not None else None, speedup)
 
 
 # --------------------------------------------------------------------------------------------
@@ -585,17 +424,25 @@ def comparison_grid(comp: Mapping, base: pd.DataFrame, meth: pd.DataFrame) -> np
     return grid
 
 
-def comparison_arms(comp: Mapping, evals: pd.DataFrame, times: pd.DataFrame, how: str = "nearest"
-                    ) -> tuple[np.ndarray, Arm, Arm, pd.DataFrame, pd.DataFrame]:
-    """The grid and both arms of a comparison (each seed's curve and seconds per step)."""
+def comparison_label(comp: Mapping) -> str:
+    return f"{comp['benchmark']} {comp['design']} ({comp['hardware']}): {comp['method']} vs {comp['baseline']}"
+
+
+def comparison_arms(comp: Mapping, evals: pd.DataFrame, how: str | None = None
+                    ) -> tuple[np.ndarray, verdict.Arm, verdict.Arm, pd.DataFrame, pd.DataFrame]:
+    """The grid and both arms of a comparison: each seed's curve on the grid and the optimiser
+    steps it had done by each grid time (read off the evaluations' `step`, like the accuracy)."""
+    how = how or comp.get("align", DEFAULT_ALIGN)
     base, meth = _arm(evals, comp, comp["baseline"]), _arm(evals, comp, comp["method"])
     grid = comparison_grid(comp, base, meth)
     arms = []
-    for rows, name in ((base, comp["baseline"]), (meth, comp["method"])):
-        seeds, matrix = seed_matrix(rows, grid, how=how)
-        sel = times[(times["benchmark"] == comp["benchmark"]) & (times["hardware"] == comp["hardware"])
-                    & (times["method"] == name)].set_index("seed")["s_per_step"]
-        arms.append(Arm(matrix, np.array([float(sel.get(s, np.nan)) for s in seeds], dtype=float)))
+    for rows in (base, meth):
+        _, curves = seed_matrix(rows, grid, how=how)
+        if rows["step"].notna().all():
+            _, steps = seed_matrix(rows, grid, how="linear", value="step")
+        else:
+            steps = np.full_like(curves, np.nan)
+        arms.append(verdict.Arm(curves, steps))
     return grid, arms[0], arms[1], base, meth
 
 
@@ -616,70 +463,110 @@ def check_same_start(comp: Mapping, summaries: pd.DataFrame | None, base: pd.Dat
                          f"start from different base models ({detail}); train them all from one (a fresh results_dir)")
 
 
+def _arm_timing(times: pd.DataFrame, comp: Mapping, name: str, seeds) -> pd.DataFrame:
+    return times[(times["benchmark"] == comp["benchmark"]) & (times["hardware"] == comp["hardware"])
+                 & (times["method"] == name) & times["seed"].isin(seeds)]
+
+
+def _load_check(steps: pd.DataFrame | None, comp: Mapping, base: pd.DataFrame, meth: pd.DataFrame) -> dict:
+    """Co-scheduling: each arm's mean load average over its runs' steps (`load_avg_1m` of
+    steps.jsonl, where the trainer recorded it) and Welch's p-value for a difference; a small p
+    means the arms ran under different machine load, a wall-clock effect the seeds cannot see."""
+    if steps is None or steps.empty or "load_avg_1m" not in steps:
+        return {}
+    per_run = steps.dropna(subset=["load_avg_1m"]).groupby(RUN_KEYS)["load_avg_1m"].mean().reset_index()
+    loads = [_arm_timing(per_run, comp, comp[arm], rows["seed"].unique())["load_avg_1m"].to_numpy(float)
+             for arm, rows in (("baseline", base), ("method", meth))]
+    if min(len(x) for x in loads) < 2:
+        return {}
+    _, interval = stats.welch(loads[0], loads[1])
+    return {"load_baseline": float(loads[0].mean()), "load_method": float(loads[1].mean()),
+            "load_p_value": float(interval.p_value)}
+
+
 def summarize_study(study: Sequence[Mapping], evals: pd.DataFrame, steps: pd.DataFrame | None = None,
                     summaries: pd.DataFrame | None = None, n_boot: int = 2000, seed: int = 0,
-                    how: str = "nearest") -> pd.DataFrame:
-    """One row per (comparison, target): every rule of docs/verdict.md with its interval, verdict
-    and decomposition; times in seconds, accuracies in [0, 1]."""
+                    how: str | None = None, power: bool = True, multiplicity: str = verdict.MULTIPLICITY
+                    ) -> pd.DataFrame:
+    """One row per (comparison, endpoint) of pods.verdict, the primary endpoints adjusted for
+    multiplicity over the study; times in seconds, accuracies in [0, 1]. With `power`, an
+    undecided primary endpoint gets the seeds per arm at which 80% of studies simulated from its
+    fitted population model would decide (pods.calibration.seeds_to_decide)."""
+    from pods import calibration
+
     times = step_time_table(steps, summaries)
-    rows = []
+    rows, arms = [], []
+    family = len(study)
     for i, comp in enumerate(study):
         comp = validate_comparison(comp, f"comparison {i + 1}")
-        grid, base_arm, meth_arm, base, meth = comparison_arms(comp, evals, times, how=how)
+        grid, base_arm, meth_arm, base, meth = comparison_arms(comp, evals, how=how)
         check_same_start(comp, summaries, base, meth)
-        base_curve, meth_curve = curve_from_matrix(grid, base_arm.curves), curve_from_matrix(grid, meth_arm.curves)
-        later = base_curve["t"] > 0
         timing = {}
-        for arm, name in (("baseline", comp["baseline"]), ("method", comp["method"])):
-            sel = times[(times["benchmark"] == comp["benchmark"]) & (times["hardware"] == comp["hardware"])
-                        & (times["method"] == name) & times["seed"].isin(base["seed"] if arm == "baseline" else meth["seed"])]
+        for arm, name, rows_ in (("baseline", comp["baseline"], base), ("method", comp["method"], meth)):
+            sel = _arm_timing(times, comp, name, rows_["seed"].unique())
             for col in ["s_per_step"] + [f"{p}_s_per_step" for p in PHASES]:
                 timing[f"{col}_{arm}"] = float(sel[col].mean()) if len(sel) else np.nan
+        later = grid > 0
         common = {
             **({"name": comp["name"]} if "name" in comp else {}),
             "benchmark": comp["benchmark"], "hardware": comp["hardware"], "design": comp["design"],
             "baseline": comp["baseline"], "method": comp["method"], "eval_set": base["eval_set"].iloc[0],
         }
         tail = {
-            "peak_baseline": float(base_curve.loc[later, "mean"].max()),
-            "peak_method": float(meth_curve.loc[later, "mean"].max()),
+            "peak_baseline": float(np.nanmax(base_arm.curves.mean(axis=0)[later])),
+            "peak_method": float(np.nanmax(meth_arm.curves.mean(axis=0)[later])),
             "budget_s": float(grid[-1]), "grid_s": float(grid[1] - grid[0]) if len(grid) > 1 else math.nan,
-            "n_seeds_baseline": int(base["seed"].nunique()), "n_seeds_method": int(meth["seed"].nunique()),
-            **timing,
+            "n_seeds_baseline": len(base_arm.curves), "n_seeds_method": len(meth_arm.curves),
+            **timing, **_load_check(steps, comp, base, meth),
         }
-        for record in compare_arms(grid, base_arm, meth_arm, n_boot=n_boot, seed=seed):
-            rows.append({**common, **record, **tail})
+        fixed = comp.get("target_accuracy")
+        for record in verdict.compare(grid, base_arm, meth_arm, n_boot=n_boot, seed=seed, fixed_target=fixed):
+            rows.append({**common, **record, **tail, "seeds_to_decide": math.nan})
+            arms.append((grid, base_arm, meth_arm, fixed))
+    verdict.adjust_family(rows, multiplicity)
+    for row, (grid, base_arm, meth_arm, fixed) in zip(rows, arms):
+        if power and row["role"] == "primary" and row["verdict_adjusted"] == "undecided":
+            # at the per-test level Bonferroni gives: Holm decides at least what it decides
+            row["seeds_to_decide"] = calibration.seeds_to_decide(
+                grid, base_arm.curves, meth_arm.curves, row["endpoint"], stats.ALPHA / family, seed=seed, fixed=fixed)
     table = pd.DataFrame.from_records(rows)
     return table[[c for c in SUMMARY_COLUMNS if c in table.columns] + [c for c in table.columns if c not in SUMMARY_COLUMNS]]
 
 
 SUMMARY_COLUMNS = [
-    "name", "benchmark", "hardware", "design", "baseline", "method", "eval_set", "target_rule", "target",
-    "target_accuracy", "t_baseline_s", "t_method_s", "speedup", "at_s", "accuracy_baseline", "accuracy_method",
-    "accuracy_diff", "ci_low", "ci_high", "verdict", "seeds_to_decide", "reached_frac", "steps_baseline",
-    "steps_method", "step_efficiency", "step_efficiency_ci_low", "step_efficiency_ci_high", "step_cost_ratio",
-    "step_cost_ratio_ci_low", "step_cost_ratio_ci_high",
+    "name", "benchmark", "hardware", "design", "baseline", "method", "eval_set", "question", "endpoint", "role",
+    "target_rule", "target", "target_accuracy", "plateau", "t_baseline_s", "t_method_s", "speedup",
+    "accuracy_baseline", "accuracy_method", "accuracy_diff", "estimate", "interval_method", "ci_low", "ci_high",
+    "censored", "p_value", "verdict", "p_adjusted", "multiplicity", "verdict_adjusted", "seeds_to_decide",
+    "reached_frac", "censored_frac", "steps_baseline", "steps_method", "step_efficiency", "step_efficiency_ci_low",
+    "step_efficiency_ci_high", "step_cost_ratio", "step_cost_ratio_ci_low", "step_cost_ratio_ci_high",
 ]
 
 
 def read_summary(path: str | os.PathLike) -> pd.DataFrame:
-    """A summary.csv; files written before the `rule` -> `target` rename read under the new names."""
-    table = pd.read_csv(path)
-    if "target_rule" not in table.columns and "rule" in table.columns:
-        table = table.rename(columns={"rule": "target", "threshold": "target_accuracy"})
-        table.insert(table.columns.get_loc("target"), "target_rule", "paper")
-        table["target"] = table["target"].map(lambda v: f"{float(v):.2f}")
-    return table
+    """A summary.csv, its `target` column as text (0.99 stays "0.99", not a float)."""
+    return pd.read_csv(path, dtype={"target": str})
 
 
 def _fmt(value, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     if isinstance(value, float) and math.isinf(value):
-        return "> 1000" if value > 0 else "-inf"
+        return "inf" if value > 0 else "-inf"
     if isinstance(value, float):
         return f"{value:.{digits}g}"
     return str(value)
+
+
+def _seeds_text(value) -> str:
+    """seeds_to_decide: inf means "not within the simulated ladder" (pods.calibration.LADDER)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float) and math.isinf(value):
+        from pods.calibration import LADDER
+
+        return f"> {LADDER[-1]}"
+    return f"{int(value)}"
 
 
 def to_markdown(df: pd.DataFrame, columns: Sequence[str] | None = None) -> str:
@@ -687,12 +574,14 @@ def to_markdown(df: pd.DataFrame, columns: Sequence[str] | None = None) -> str:
     columns = [c for c in (columns or df.columns) if c in df.columns]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for rec in df[columns].to_dict("records"):
-        timed = rec.get("target_rule", "paper") in TARGET_RULES
+        timed = rec.get("target_rule", "paper") in stats.TIME_RULES
         cells = []
         for col in columns:
             val = rec[col]
             if timed and col in ("t_baseline_s", "t_method_s", "speedup") and (val is None or pd.isna(val)):
                 cells.append("not reached")
+            elif col == "seeds_to_decide":
+                cells.append(_seeds_text(val))
             else:
                 cells.append(_fmt(val))
         lines.append("| " + " | ".join(cells) + " |")
@@ -702,47 +591,91 @@ def to_markdown(df: pd.DataFrame, columns: Sequence[str] | None = None) -> str:
 def _interval_text(estimate, lo, hi, digits: int = 3) -> str:
     if estimate is None or (isinstance(estimate, float) and math.isnan(estimate)):
         return "not reached"
+    if lo is None or pd.isna(lo):
+        return _fmt(float(estimate), digits)
     return f"{_fmt(float(estimate), digits)} [{_fmt(float(lo), digits)}, {_fmt(float(hi), digits)}]"
 
 
-def verdict_table(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per comparison: each rule's estimate [95% CI] and verdict, and the seeds an
-    undecided robust rule would need (the table the README quotes)."""
-    keys = [k for k in ("name", "benchmark", "hardware", "design", "baseline", "method") if k in table.columns]
+def _keys(table: pd.DataFrame) -> list[str]:
+    return [k for k in ("name", "benchmark", "hardware", "design", "baseline", "method") if k in table.columns]
+
+
+def question_table(table: pd.DataFrame, question: str) -> pd.DataFrame:
+    """One row per comparison for one question: its primary endpoint (estimate [95% CI], raw and
+    adjusted p, the adjusted decision, seeds to decide) and, for (a), the paper's rule beside it,
+    the plateau flag and the decomposition."""
     rows = []
-    for key, part in table.groupby(keys, sort=False):
-        row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
-        by = {(r["target_rule"], str(r["target"])): r for r in part.to_dict("records")}
-        for label, rule, target, col in (("paper 0.99", "paper", "0.99", "speedup"),
-                                         ("isotonic 0.99", "isotonic", "0.99", "speedup"),
-                                         ("accuracy diff at T", "equal_time", "end", "accuracy_diff")):
-            r = by.get((rule, target))
-            if r is None:
-                continue
-            row[f"{label}"] = _interval_text(r[col], r["ci_low"], r["ci_high"])
-            row[f"{label}: verdict"] = r["verdict"]
-        robust = by.get(("isotonic", "0.99"))
-        if robust is not None:
-            row["seeds to decide (isotonic)"] = "" if robust["verdict"] != "undecided" else _fmt(robust["seeds_to_decide"])
-            row["step efficiency (isotonic)"] = _interval_text(robust["step_efficiency"], robust["step_efficiency_ci_low"],
-                                                               robust["step_efficiency_ci_high"])
-            row["step cost ratio"] = _interval_text(robust["step_cost_ratio"], robust["step_cost_ratio_ci_low"],
-                                                    robust["step_cost_ratio_ci_high"])
+    primary = verdict.PRIMARY[question].name
+    keys = _keys(table)
+    for key in table[keys].drop_duplicates().itertuples(index=False):  # in the study's order
+        row = dict(zip(keys, key))
+        part = table[(table[keys] == pd.Series(row)).all(axis=1)]
+        by = {r["endpoint"]: r for r in part.to_dict("records")}
+        r = by.get(primary)
+        if r is None:
+            continue
+        if question == "a":
+            row["plateau"] = r["plateau"]
+            paper = by.get("paper_0.99")
+            if paper is not None:
+                row["paper rule 0.99 (secondary)"] = _interval_text(paper["speedup"], paper["ci_low"], paper["ci_high"])
+        row[f"{primary} (primary)"] = _interval_text(r["estimate"], r["ci_low"], r["ci_high"])
+        row["p"] = stats.fmt_p(r["p_value"])
+        row["p adjusted"] = stats.fmt_p(r.get("p_adjusted"))
+        row["verdict (adjusted)"] = r.get("verdict_adjusted", "")
+        row["seeds to decide (80% power)"] = _seeds_text(r.get("seeds_to_decide"))
+        if question == "a":
+            row["step efficiency"] = _interval_text(r.get("step_efficiency"), r.get("step_efficiency_ci_low"),
+                                                    r.get("step_efficiency_ci_high"))
+            row["step cost ratio"] = _interval_text(r.get("step_cost_ratio"), r.get("step_cost_ratio_ci_low"),
+                                                    r.get("step_cost_ratio_ci_high"))
         rows.append(row)
     return pd.DataFrame.from_records(rows)
 
 
-SUMMARY_MD_COLUMNS = ["name", "benchmark", "hardware", "design", "baseline", "method", "target_rule", "target",
-                      "target_accuracy", "t_baseline_s", "t_method_s", "speedup", "accuracy_diff", "ci_low",
-                      "ci_high", "verdict", "seeds_to_decide", "steps_baseline", "steps_method", "step_efficiency",
-                      "step_cost_ratio", "peak_baseline", "peak_method", "s_per_step_baseline",
+def verdict_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Both questions' primary endpoints, one row per comparison (the README's table)."""
+    a, b = question_table(table, "a"), question_table(table, "b")
+    if a.empty or b.empty:
+        return a if b.empty else b
+    keys = _keys(table)
+    b = b.rename(columns={c: f"(b) {c}" for c in b.columns if c not in keys})
+    a = a.rename(columns={c: f"(a) {c}" for c in a.columns if c not in keys})
+    return a.merge(b, on=keys, how="outer", sort=False)
+
+
+def secondary_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Every secondary endpoint, unadjusted: estimate [95% CI], p and its own decision."""
+    rows = []
+    for rec in table[table["role"] == "secondary"].to_dict("records"):
+        rows.append({**{k: rec[k] for k in _keys(table)}, "question": rec["question"], "endpoint": rec["endpoint"],
+                     "estimate [95% CI]": _interval_text(rec["estimate"], rec["ci_low"], rec["ci_high"]),
+                     "interval": rec["interval_method"], "p": stats.fmt_p(rec["p_value"]),
+                     "verdict (unadjusted)": rec["verdict"], "censored": rec.get("censored") or ""})
+    return pd.DataFrame.from_records(rows)
+
+
+SUMMARY_MD_COLUMNS = ["name", "benchmark", "design", "baseline", "method", "endpoint", "role", "target_accuracy",
+                      "plateau", "t_baseline_s", "t_method_s", "estimate", "ci_low", "ci_high", "interval_method",
+                      "p_value", "p_adjusted", "verdict", "verdict_adjusted", "seeds_to_decide", "steps_baseline",
+                      "steps_method", "step_efficiency", "step_cost_ratio", "s_per_step_baseline",
                       "s_per_step_method"]
 
 
 def summary_markdown(table: pd.DataFrame) -> str:
-    """summary.md: the verdict per comparison, then every row of summary.csv."""
-    return ("## Verdict (95% per-seed bootstrap intervals; docs/verdict.md)\n\n" + to_markdown(verdict_table(table))
-            + "\n## Every rule\n\n" + to_markdown(table, SUMMARY_MD_COLUMNS))
+    """summary.md: each question's primary verdicts (adjusted), the secondary endpoints, every row."""
+    parts = []
+    for q, words in verdict.QUESTIONS.items():
+        qt = question_table(table, q)
+        if qt.empty:
+            continue
+        e = verdict.PRIMARY[q]
+        parts.append(f"## ({q}) {words}: primary endpoint `{e.name}` ({e.interval} 95% interval; "
+                     f"{verdict.MULTIPLICITY}-adjusted over the study's comparisons; docs/verdict.md)\n\n"
+                     + to_markdown(qt))
+    parts.append("## Secondary endpoints (unadjusted, descriptive)\n\n" + to_markdown(secondary_table(table)))
+    parts.append("## Every row\n\n" + to_markdown(table, SUMMARY_MD_COLUMNS))
+    return "\n".join(parts)
 
 
 # --------------------------------------------------------------------------------------------
@@ -861,6 +794,21 @@ def write_csv(df: pd.DataFrame, path: str | os.PathLike) -> None:
 # --------------------------------------------------------------------------------------------
 # CLI
 # --------------------------------------------------------------------------------------------
+MIN_BOOT = 200  # fewer resamples leave the 2.5% quantiles of the intervals resting on a handful of points
+
+
+def at_least(minimum: int):
+    def check(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+    return check
+
+
 def _cmd_analyze(args: argparse.Namespace) -> int:
     study = load_study(args.study)
     tables = load_runs(args.runs)
@@ -916,6 +864,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", required=True, help="results folder holding runs/ (or runs/ itself)")
     p.add_argument("--study", required=True, help="YAML list of comparisons (see pods.analysis)")
     p.add_argument("--out", default="results/summary.csv", help="CSV path; the .md goes beside it")
-    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples for the intervals")
+    p.add_argument("--n-boot", type=at_least(MIN_BOOT), default=2000,
+                   help=f"bootstrap resamples for the intervals (>= {MIN_BOOT})")
     p.add_argument("--seed", type=int, default=0, help="bootstrap RNG seed")
     p.set_defaults(func=_cmd_analyze)

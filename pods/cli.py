@@ -19,6 +19,7 @@ COMMANDS = {
     "train": ("pods.trainer", "train one GRPO / GRPO-PODS run (resumes from its checkpoint when restarted)"),
     "warmstart": ("pods.warmstart", "supervised warm start of the tiny policy (the embedded base model)"),
     "analyze": ("pods.analysis", "speedup table of a study over run directories"),
+    "calibrate": ("pods.calibration", "coverage, false decisions and power of every endpoint, by simulation"),
     "project": ("pods.analysis:add_project_arguments",
                 "speedup = step efficiency / step cost beside the paper's, and projections onto other hardware"),
     "plot": ("pods.plots", "figures from run metrics (PNG + PDF)"),
