@@ -72,8 +72,8 @@ class Endpoint:
 ENDPOINTS: Registry[Endpoint] = Registry("endpoint")
 for _e in (
     Endpoint("isotonic_0.99", "a", "primary", "time", "isotonic", 0.99, "hull", "isotonic", "0.99"),
-    Endpoint("paper_0.99", "a", "secondary", "time", "paper", 0.99, "expanded", "paper", "0.99"),
-    Endpoint("paper_1.00", "a", "secondary", "time", "paper", 1.00, "expanded", "paper", "1.00"),
+    Endpoint("paper_0.99", "a", "secondary", "time", "paper", 0.99, "hull", "paper", "0.99"),
+    Endpoint("paper_1.00", "a", "secondary", "time", "paper", 1.00, "hull", "paper", "1.00"),
     Endpoint("fixed", "a", "secondary", "time", "fixed", 1.0, "hull", "fixed", "fixed"),
     Endpoint("logrank", "a", "secondary", "logrank", "isotonic", 0.99, "logrank", "logrank", "0.99"),
     Endpoint("mean_accuracy", "b", "primary", "seed", "mean_accuracy", interval="welch",

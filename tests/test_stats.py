@@ -1,0 +1,229 @@
+"""The verdict's statistics (pods.stats, pods.verdict) and the calibration harness (pods.calibration):
+against scipy, hand-computed values, and simulations with a known answer."""
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+from scipy.optimize import isotonic_regression
+
+from pods import calibration, stats, verdict
+
+T = np.array([0.0, 1, 2, 3, 4])
+
+
+def test_batched_isotonic_fit_equals_scipys_one_curve_at_a_time():
+    rng = np.random.default_rng(0)
+    y = np.round(rng.normal(size=(300, 17)).cumsum(axis=1) * 0.1 + rng.normal(size=(300, 17)), 1)  # ties too
+    np.testing.assert_allclose(stats.isotonic_fits(y), [isotonic_regression(v).x for v in y], atol=1e-12)
+    np.testing.assert_allclose(stats.isotonic_fits(y.reshape(3, 100, 17)).reshape(300, 17), stats.isotonic_fits(y))
+
+
+def test_crossing_times_interpolate_and_report_never_as_nan():
+    f = np.array([[0.1, 0.3, 0.5, 0.7, 0.8], [0.1, 0.2, 0.3, 0.3, 0.3]])
+    np.testing.assert_allclose(stats.crossing_times(T, f, np.array([0.792, 0.792])), [3.92, np.nan])
+    assert stats.first_grid_time(T, f[:1], np.array([0.792]))[0] == 4.0  # the paper's rule rounds up to the grid
+
+
+def test_isotonic_rule_targets_the_level_both_reach_and_is_symmetric_for_identical_arms():
+    base, meth = np.array([[0.1, 0.3, 0.5, 0.7, 0.8]]), np.array([[0.1, 0.5, 0.8, 0.8, 0.8]])
+    times = stats.isotonic_rule(T, base, meth, 0.99)
+    assert times.target[0] == pytest.approx(0.792)
+    assert times.t_baseline[0] == pytest.approx(3.92) and times.t_method[0] == pytest.approx(1 + 0.292 / 0.3)
+    # the method ends lower: the target is the level it reaches, so both times are measured
+    low = stats.isotonic_rule(T, base, np.array([[0.1, 0.2, 0.3, 0.3, 0.3]]), 0.99)
+    assert low.target[0] == pytest.approx(0.297) and np.isfinite(low.t_method[0])
+    same = stats.isotonic_rule(T, base, base, 0.99)
+    assert same.t_baseline[0] == same.t_method[0]
+    flat = stats.isotonic_rule(T, np.array([[0.5, 0.5, 0.49, 0.5, 0.5]]), meth, 0.99)  # no gain: no target
+    assert np.isnan(flat.target[0])
+
+
+def test_speedups_flag_censored_values_as_bounds():
+    times = stats.Times(np.array([0.5] * 3), np.array([2.0, 2.0, np.nan]), np.array([1.0, np.nan, 1.0]))
+    value, flag = stats.speedups(times, t_max=4.0)
+    np.testing.assert_allclose(value, [2.0, 0.5, 4.0])
+    assert flag.tolist() == [0, -1, 1]
+
+
+def test_plateau_flag():
+    assert stats.rising_at_end(T, np.array([0.1, 0.3, 0.5, 0.7, 0.8]))[0]
+    assert not stats.rising_at_end(T, np.array([0.1, 0.7, 0.8, 0.8, 0.8]))[0]
+
+
+def test_expanded_interval_uses_hesterbergs_quantile_and_t_boot_its_sd():
+    rng = np.random.default_rng(1)
+    reps = rng.normal(0.2, 0.1, (1, 20000))
+    k = 4
+    tail = sps.norm.cdf(-math.sqrt(k / (k - 1)) * sps.t.ppf(0.975, 2 * k - 2))
+    assert tail == pytest.approx(0.0024, abs=1e-4)   # far out from 0.025: the small-sample widening
+    e = stats.expanded(reps, np.array([0.2]), k)
+    assert e.low[0] == pytest.approx(np.quantile(reps, tail)) and e.high[0] == pytest.approx(np.quantile(reps, 1 - tail))
+    p = stats.percentile(reps, np.array([0.2]), k)
+    assert e.low[0] < p.low[0] and e.high[0] > p.high[0]
+    tb = stats.t_boot(reps, np.array([0.2]), k)
+    half = sps.t.ppf(0.975, 6) * reps.std(ddof=1) * math.sqrt(4 / 3)
+    assert tb.low[0] == pytest.approx(0.2 - half) and tb.high[0] == pytest.approx(0.2 + half)
+    h = stats.hull(reps, np.array([0.2]), k)
+    assert h.low[0] == min(e.low[0], tb.low[0]) and h.p_value[0] == max(e.p_value[0], tb.p_value[0])
+    # p < 0.05 exactly when the interval excludes 0 (up to the resampling's granularity)
+    for mean in (0.05, 0.2, 0.3):
+        r = rng.normal(mean, 0.1, (1, 20000))
+        for method in (stats.expanded, stats.t_boot):
+            iv = method(r, np.array([mean]), k)
+            assert (iv.p_value[0] < 0.05) == (iv.low[0] > 0), (method.__name__, mean)
+
+
+def test_welch_is_method_minus_baseline_with_scipys_interval():
+    base, meth = np.array([0.1, 0.2, 0.15, 0.12]), np.array([0.3, 0.25, 0.2, 0.35])
+    diff, iv = stats.welch(base, meth)
+    ref = sps.ttest_ind(meth, base, equal_var=False)
+    assert diff == pytest.approx(meth.mean() - base.mean()) and iv.p_value == pytest.approx(ref.pvalue)
+    assert (iv.low, iv.high) == pytest.approx(tuple(ref.confidence_interval(0.95)))
+
+
+def test_holm_and_benjamini_hochberg():
+    # the four Welch p-values of the earlier committed summary, Holm-adjusted
+    np.testing.assert_allclose(stats.holm(np.array([0.036, 0.36, 0.045, 0.118])), [0.144, 0.36, 0.144, 0.236])
+    np.testing.assert_allclose(stats.benjamini_hochberg(np.array([0.01, 0.04, 0.03, 0.5])),
+                               [0.04, 0.0533333, 0.0533333, 0.5], rtol=1e-5)
+
+
+def _arm(matrix, steps=None):
+    matrix = np.asarray(matrix, dtype=float)
+    return verdict.Arm(matrix, np.full_like(matrix, np.nan) if steps is None else np.asarray(steps, dtype=float))
+
+
+def _noisy(rng, mean, k=8, sd=0.03):
+    return np.clip(np.asarray(mean) + rng.normal(0, sd, (k, len(mean))), 0, 1)
+
+
+def test_compare_is_reproducible_decides_a_clear_case_and_decomposes_from_the_logged_steps():
+    rng = np.random.default_rng(5)
+    base = _noisy(rng, [0.1, 0.4, 0.6, 0.75, 0.8])
+    meth = _noisy(rng, [0.1, 0.7, 0.8, 0.82, 0.83])
+    # the baseline does 2 steps per second, the method 1: steps logged at each grid time
+    steps_b, steps_m = np.tile(T * 2, (8, 1)), np.tile(T * 1, (8, 1))
+    one = verdict.compare(T, _arm(base, steps_b), _arm(meth, steps_m), n_boot=400, seed=3)
+    assert one == verdict.compare(T, _arm(base, steps_b), _arm(meth, steps_m), n_boot=400, seed=3)
+    rows = {r["endpoint"]: r for r in one}
+    assert set(rows) == {"isotonic_0.99", "paper_0.99", "paper_1.00", "logrank", "mean_accuracy", "accuracy_at_T",
+                         "accuracy_at_half", "last_quarter"}   # `fixed` only with a target_accuracy
+    for r in one:
+        if math.isfinite(r["ci_low"]):
+            assert r["ci_low"] <= r["estimate"] <= r["ci_high"], r["endpoint"]
+    robust = rows["isotonic_0.99"]
+    assert robust["verdict"] == "faster" and robust["role"] == "primary" and robust["question"] == "a"
+    assert robust["steps_baseline"] == pytest.approx(2 * robust["t_baseline_s"])
+    assert robust["steps_method"] == pytest.approx(robust["t_method_s"])
+    assert robust["step_cost_ratio"] == pytest.approx(2.0)
+    assert robust["speedup"] == pytest.approx(robust["step_efficiency"] / robust["step_cost_ratio"])
+    assert rows["mean_accuracy"]["verdict"] == "higher"
+    assert rows["mean_accuracy"]["estimate"] == pytest.approx(
+        (np.trapezoid(meth, T, axis=1) - np.trapezoid(base, T, axis=1)).mean() / 4)
+    assert rows["logrank"]["verdict"] == "faster" and rows["logrank"]["p_value"] < 0.05
+    fixed = verdict.compare(T, _arm(base), _arm(meth), n_boot=200, fixed_target=0.7)
+    f = next(r for r in fixed if r["endpoint"] == "fixed")
+    assert f["target_accuracy"] == 0.7 and f["t_method_s"] < f["t_baseline_s"]
+
+
+def test_compare_reports_a_method_that_never_gets_there_as_an_upper_bound():
+    base = np.array([[0.1, 0.3, 0.5, 0.7, 0.8]] * 4)
+    never = np.array([[0.1, 0.2, 0.3, 0.3, 0.3]] * 4)
+    rows = {r["endpoint"]: r for r in verdict.compare(T, _arm(base), _arm(never), n_boot=50)}
+    paper = rows["paper_0.99"]
+    assert np.isnan(paper["t_method_s"]) and paper["censored"].startswith("method not reached")
+    assert paper["speedup"] == pytest.approx(4.0 / 4.0)  # t_baseline / T: an upper bound
+    assert rows["isotonic_0.99"]["plateau"] == "no peak within T"
+
+
+def test_adjust_family_is_holm_within_each_question_over_primary_rows_only():
+    rows = [{"endpoint": "isotonic_0.99", "question": "a", "role": "primary", "p_value": p, "estimate": 1.5}
+            for p in (0.01, 0.04)]
+    rows += [{"endpoint": "mean_accuracy", "question": "b", "role": "primary", "p_value": p, "estimate": -0.02}
+             for p in (0.001, 0.2)]
+    rows += [{"endpoint": "paper_0.99", "question": "a", "role": "secondary", "p_value": 0.001, "estimate": 2.0}]
+    verdict.adjust_family(rows)
+    assert [r.get("p_adjusted") for r in rows] == pytest.approx([0.02, 0.04, 0.002, 0.2, None], nan_ok=True)
+    assert [r.get("verdict_adjusted") for r in rows] == ["faster", "faster", "lower", "undecided", None]
+
+
+# --------------------------------------------------------------------------------------------
+# The calibration harness
+# --------------------------------------------------------------------------------------------
+GRID = np.linspace(0, 240, 17)
+
+
+def synthetic_population(effect: float, seeds: int = 6, seed: int = 0) -> dict:
+    """Saturating curves with a per-seed shift and AR-like noise; the method learns `effect` x faster."""
+    rng = np.random.default_rng(seed)
+    mean_b = 0.3 + 0.25 * (1 - np.exp(-GRID / 120))
+    mean_m = 0.3 + 0.25 * (1 - np.exp(-effect * GRID / 120))
+    noise = lambda: rng.normal(0, 0.015, (seeds, 1)) + rng.normal(0, 0.012, (seeds, len(GRID)))  # noqa: E731
+    base, meth = mean_b + noise(), mean_m + noise()
+    base[:, 0] = meth[:, 0] = 0.3
+    return {"label": f"synthetic x{effect}", "t": GRID, "base": base, "meth": meth}
+
+
+STUDIES = 600
+# an exact test decides wrongly 2.5% of the time per side on average, so a simulated rate is held
+# to 2.5% plus two Monte-Carlo standard errors (docs/verdict.md states the bounds the same way)
+FALSE_BOUND = 0.025 + 2 * math.sqrt(0.025 * 0.975 / STUDIES)
+
+
+@pytest.fixture(scope="module")
+def calibrated():
+    return calibration.calibrate([synthetic_population(1.6)], seeds=(4, 10), studies=STUDIES, boot=200, seed=11,
+                                 endpoints=["isotonic_0.99", "mean_accuracy"], progress=False)
+
+
+def _cell(table, scenario, endpoint, method, k):
+    hit = table[(table.scenario == scenario) & (table.endpoint == endpoint) & (table.interval_method == method)
+                & (table.seeds == k)]
+    assert len(hit) == 1
+    return hit.iloc[0]
+
+
+@pytest.mark.parametrize("k", [4, 10])
+def test_primary_endpoints_cover_and_keep_false_decisions_under_2_5_percent(calibrated, k):
+    for endpoint in ("isotonic_0.99", "mean_accuracy"):
+        method = verdict.ENDPOINTS[endpoint].interval
+        fitted, null = (_cell(calibrated, s, endpoint, method, k) for s in ("fitted", "identical"))
+        assert fitted["coverage"] >= 0.93 and null["coverage"] >= 0.93, (endpoint, k)
+        assert null["decide_up"] <= FALSE_BOUND and null["decide_down"] <= FALSE_BOUND, (endpoint, k)
+        assert fitted["power"] > 0.05  # it does decide sometimes
+
+
+def test_the_harness_reproduces_the_known_undercoverage_of_the_plain_percentile_bootstrap(calibrated):
+    # the percentile bootstrap of a difference of two means of k = 4 normal values is about the
+    # t interval with 1.96 sqrt(3/4) in place of t_{0.975, 6}: coverage P(|t_6| < 1.697) = 0.86
+    known = 2 * sps.t.cdf(1.96 * math.sqrt(3 / 4), 6) - 1
+    assert known == pytest.approx(0.86, abs=0.005)
+    cell = _cell(calibrated, "identical", "mean_accuracy", "percentile", 4)
+    assert abs(cell["coverage"] - known) < 0.05
+    assert _cell(calibrated, "identical", "mean_accuracy", "welch", 4)["coverage"] > cell["coverage"] + 0.04
+
+
+def test_calibration_is_deterministic_given_its_seed_and_its_table_renders():
+    comp = synthetic_population(1.3, seeds=4)
+    a = calibration.calibrate([comp], seeds=(3,), studies=20, boot=30, seed=2, progress=False)
+    b = calibration.calibrate([comp], seeds=(3,), studies=20, boot=30, seed=2, progress=False)
+    assert a.equals(b)
+    md = calibration.calibration_markdown(a)
+    assert "| synthetic x1.3 | isotonic_0.99 | hull | 3 |" in md
+
+
+def test_population_model_recovers_shift_and_ar1_correlation():
+    rng = np.random.default_rng(4)
+    model = calibration.ArmModel(GRID, np.full(17, 0.5), np.full(17, 0.02), rho=0.4, phi=0.6)
+    sims = model.simulate(rng, 1, 400)[0]
+    rho, phi = calibration.fit_correlation([sims - sims.mean(axis=0)])
+    assert rho == pytest.approx(0.4, abs=0.1) and phi == pytest.approx(0.6, abs=0.15)
+
+
+def test_seeds_to_decide_grows_as_the_effect_shrinks():
+    big = synthetic_population(2.0, seeds=6, seed=1)
+    small = synthetic_population(1.15, seeds=6, seed=1)
+    k_big = calibration.seeds_to_decide(GRID, big["base"], big["meth"], "mean_accuracy", 0.05, studies=100)
+    k_small = calibration.seeds_to_decide(GRID, small["base"], small["meth"], "mean_accuracy", 0.05, studies=100)
+    assert k_big < k_small and k_big in calibration.LADDER
