@@ -439,7 +439,7 @@ def comparison_arms(comp: Mapping, evals: pd.DataFrame, how: str | None = None
     for rows in (base, meth):
         _, curves = seed_matrix(rows, grid, how=how)
         if rows["step"].notna().all():
-            _, steps = seed_matrix(rows, grid, how="linear", value="step")
+            _, steps = seed_matrix(rows, grid, how=how, value="step")  # read off the grid like the curve
         else:
             steps = np.full_like(curves, np.nan)
         arms.append(verdict.Arm(curves, steps))

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from pods import analysis
+from pods import analysis, verdict
 from pods.cli import main as pods_main
 from pods.config import parse_method
 from pods.runs import build_summary
@@ -150,7 +150,7 @@ def test_time_to_target_follows_the_papers_definition():
         analysis.time_to_target(base, curve([0, 1, 2, 3, 5], [0] * 5))
     with pytest.raises(ValueError, match="threshold must be in"):
         analysis.time_to_target(base, meth, 1.2)
-    with pytest.raises(ValueError, match="unknown target rule"):
+    with pytest.raises(ValueError, match="unknown time-to-target rule"):
         analysis.time_to_target(base, meth, 0.99, rule="median")
 
 
@@ -181,9 +181,11 @@ def test_isotonic_rule_pools_noise_instead_of_chasing_the_highest_point():
     assert paper.target == pytest.approx(0.693) and (paper.t_baseline, paper.t_method) == (3.0, 1.0)
 
 
-def test_isotonic_rule_when_the_method_never_gets_there():
+def test_isotonic_rule_when_the_method_ends_lower_targets_the_level_it_reaches():
     tt = iso([0.1, 0.3, 0.5, 0.7, 0.8], [0.1, 0.2, 0.3, 0.3, 0.3])
-    assert tt.t_baseline == pytest.approx(3.92) and tt.t_method is None and tt.speedup is None
+    assert tt.target == pytest.approx(0.297)  # 0.99 x the method's plateau, which the baseline passes early
+    assert tt.t_baseline == pytest.approx(0.985) and tt.t_method == pytest.approx(1.97)
+    assert tt.speedup == pytest.approx(0.5)  # "slower", measured rather than censored
     flat = iso([0.5, 0.5, 0.49, 0.5, 0.5], [0.5, 0.6, 0.7, 0.7, 0.7])  # the baseline never rose
     assert flat == analysis.Target(None, None, None, None)
 
@@ -198,66 +200,15 @@ def test_isotonic_rule_takes_a_decline_after_the_peak_as_the_level_held():
     assert paper.target == pytest.approx(0.891) and paper.t_method is None  # the spike sets an unreachable bar
 
 
-def _arm(matrix, costs=None):
-    matrix = np.asarray(matrix, dtype=float)
-    return analysis.Arm(matrix, np.full(len(matrix), np.nan) if costs is None else np.asarray(costs, dtype=float))
-
-
-def _rows(records):
-    return {(r["target_rule"], r["target"]): r for r in records}
-
-
-def test_compare_arms_is_reproducible_and_brackets_the_estimate():
-    grid = np.array([0.0, 1, 2, 3, 4])
-    rng = np.random.default_rng(5)
-    base = np.clip(np.array([0.1, 0.4, 0.6, 0.75, 0.8]) + rng.normal(0, 0.03, (8, 5)), 0, 1)
-    meth = np.clip(np.array([0.1, 0.7, 0.8, 0.82, 0.83]) + rng.normal(0, 0.03, (8, 5)), 0, 1)
-    one = analysis.compare_arms(grid, _arm(base, [2.0] * 8), _arm(meth, [3.0] * 8), n_boot=300, seed=3)
-    assert one == analysis.compare_arms(grid, _arm(base, [2.0] * 8), _arm(meth, [3.0] * 8), n_boot=300, seed=3)
-    for (rule, target), r in _rows(one).items():
-        estimate = r["speedup"] if rule != "equal_time" else r["accuracy_diff"]
-        assert r["ci_low"] <= estimate <= r["ci_high"], (rule, target)
-    robust = _rows(one)[("isotonic", "0.99")]
-    assert robust["verdict"] == "faster" and robust["ci_low"] > 1 and robust["seeds_to_decide"] is None
-    # speedup = step efficiency / step-cost ratio, exactly, with steps = time / s per step
-    assert robust["step_cost_ratio"] == pytest.approx(1.5)
-    assert robust["speedup"] == pytest.approx(robust["step_efficiency"] / robust["step_cost_ratio"])
-    assert robust["steps_baseline"] == pytest.approx(robust["t_baseline_s"] / 2.0)
-    assert robust["step_efficiency_ci_low"] == pytest.approx(robust["ci_low"] * 1.5)
-    end = _rows(one)[("equal_time", "end")]
-    assert end["at_s"] == 4.0 and end["accuracy_diff"] == pytest.approx(meth[:, 4].mean() - base[:, 4].mean())
-    assert _rows(one)[("equal_time", "half")]["at_s"] == 2.0
-
-
-def test_compare_arms_identical_seeds_give_a_point_interval_and_unreached_resamples_are_censored():
-    grid = np.array([0.0, 1, 2, 3, 4])
-    base, meth = [0.1, 0.3, 0.5, 0.7, 0.8], [0.1, 0.5, 0.8, 0.8, 0.8]
-    flat = _rows(analysis.compare_arms(grid, _arm([base] * 4), _arm([meth] * 4), n_boot=50))
-    robust = flat[("isotonic", "0.99")]
-    assert robust["ci_low"] == robust["ci_high"] == pytest.approx(robust["speedup"])
-    # a method that never gets there: every resample sits at its upper bound t_baseline / T
-    never = _rows(analysis.compare_arms(grid, _arm([base] * 4), _arm([[0.1, 0.2, 0.3, 0.3, 0.3]] * 4), n_boot=50))
-    r = never[("isotonic", "0.99")]
-    assert r["speedup"] is None and r["reached_frac"] == 0
-    assert r["ci_low"] == r["ci_high"] == pytest.approx(3.92 / 4) and r["verdict"] == "slower"
-    # half the seeds fail: the interval reaches down below 1 instead of claiming "faster"
-    good, bad = [0.1, 0.5, 0.9, 0.9, 0.9], [0.1, 0.3, 0.5, 0.6, 0.6]  # 3 good of 4 reach it, 2 do not
-    mixed = _rows(analysis.compare_arms(grid, _arm([base] * 4), _arm([good] * 2 + [bad] * 2), n_boot=400))
-    r = mixed[("isotonic", "0.99")]
-    assert 0.05 < r["reached_frac"] < 0.95 and r["ci_low"] < 1 < r["ci_high"] and r["verdict"] == "undecided"
-
-
-def test_verdict_and_seeds_to_decide():
-    assert analysis.verdict(1.1, 2.0, above="faster", below="slower", at=1.0) == "faster"
-    assert analysis.verdict(0.5, 0.9, above="faster", below="slower", at=1.0) == "slower"
-    assert analysis.verdict(0.9, 1.3, above="faster", below="slower", at=1.0) == "undecided"
-    assert analysis.verdict(-0.01, 0.02, above="higher", below="lower", at=0.0) == "undecided"
-    # log half-width (ln 1.6 - ln 0.9) / 2 = 0.2877 against ln 1.2 = 0.1823: 5 x 2.49 -> 13 seeds
-    assert analysis.seeds_to_decide(1.2, 0.9, 1.6, 5, log_scale=True) == 13
-    assert analysis.seeds_to_decide(0.01, -0.01, 0.03, 4, log_scale=False) == 16
-    assert analysis.seeds_to_decide(1.0, 0.8, 1.2, 5, log_scale=True) == float("inf")
-    assert analysis.seeds_to_decide(None, 0.8, 1.2, 5, log_scale=True) == float("inf")
-    assert analysis.seeds_to_decide(1.001, 0.5, 2.0, 5, log_scale=True) == float("inf")  # over 1000
+def test_linear_alignment_interpolates_between_evaluations():
+    df = pd.DataFrame({"seed": [0, 0, 0], "train_time_s": [0.0, 61.0, 119.0], "accuracy": [0.1, 0.4, 0.5]})
+    seeds, matrix = analysis.seed_matrix(df, [0.0, 60.0, 120.0])
+    assert seeds == [0] and matrix[0, 0] == 0.1 and matrix[0, 1] == pytest.approx(0.1 + 0.3 * 60 / 61)
+    assert np.isnan(matrix[0, 2])  # past the last evaluation: no value, not the last one repeated
+    _, nearest = analysis.seed_matrix(df, [0.0, 60.0, 120.0], how="nearest")
+    assert list(nearest[0]) == [0.1, 0.4, 0.5]
+    with pytest.raises(ValueError, match="unknown alignment 'cubic'; choose from"):
+        analysis.seed_matrix(df, [0.0], how="cubic")
 
 
 # --------------------------------------------------------------------------------------------
@@ -276,36 +227,40 @@ def make_study_runs(root: Path) -> None:
                   steps=[(1.5, 1.0, 3.0), (1.7, 1.0, 3.2)])
 
 
-def test_summarize_study_gives_every_rule_step_times_and_phases(tmp_path):
+def test_summarize_study_gives_every_endpoint_step_times_phases_and_adjusted_primaries(tmp_path):
     make_study_runs(tmp_path)
-    study = [{"name": "main", "benchmark": "arith", "hardware": "cpu", "design": "equal_update",
+    study = [{"name": "main", "benchmark": "arith", "hardware": "cpu", "design": "equal_update", "align": "nearest",
               "baseline": "grpo-n4-m4", "method": "pods-max_variance-n16-m4", "seeds": [0, 1, 2]}]
     tables = analysis.load_runs(tmp_path)
-    table = analysis.summarize_study(study, tables.evals, tables.steps, n_boot=100)
-    assert list(zip(table["target_rule"], table["target"])) == [
-        ("paper", "0.99"), ("paper", "1.00"), ("isotonic", "0.99"), ("equal_time", "half"), ("equal_time", "end")]
-    r99, r100 = table.iloc[0], table.iloc[1]
+    table = analysis.summarize_study(study, tables.evals, tables.steps, n_boot=200, power=False)
+    assert list(table["endpoint"]) == [e for e in verdict.ENDPOINTS.names() if e != "fixed"]
+    rows = table.set_index("endpoint")
+    r99, r100 = rows.loc["paper_0.99"], rows.loc["paper_1.00"]
     assert r99["name"] == "main" and r99["peak_baseline"] == pytest.approx(0.61)
-    assert r99["target_accuracy"] == pytest.approx(0.99 * 0.61)
+    assert r99["target_accuracy"] == pytest.approx(0.99 * 0.61) and (r99["target_rule"], r99["target"]) == ("paper", "0.99")
     assert (r99["t_baseline_s"], r99["t_method_s"], r99["speedup"]) == (240.0, 120.0, 2.0)
     assert (r100["t_baseline_s"], r100["t_method_s"], r100["speedup"]) == (240.0, 120.0, 2.0)
     assert r99["s_per_step_baseline"] == pytest.approx(2.0) and r99["s_per_step_method"] == pytest.approx(3.1)
-    assert r99["step_cost_ratio"] == pytest.approx(3.1 / 2.0) and r99["steps_baseline"] == pytest.approx(120.0)
     assert r99["generate_s_per_step_method"] == pytest.approx(1.6)
     assert r99["update_s_per_step_baseline"] == pytest.approx(1.1)
-    for column in ["benchmark", "hardware", "design", "baseline", "method", "ci_low", "ci_high", "peak_method",
-                   "verdict", "seeds_to_decide", "step_efficiency"]:
-        assert column in table.columns
-    only_two = analysis.summarize_study([{**study[0], "seeds": [0, 1]}], tables.evals, n_boot=10)
+    # the decomposition from the logged steps (10 per evaluation), interpolated at the crossing times
+    assert 30 < r99["steps_baseline"] <= 40 and 10 < r99["steps_method"] <= 20
+    assert r99["speedup"] == pytest.approx(r99["step_efficiency"] / r99["step_cost_ratio"])
+    primary = table[table["role"] == "primary"]
+    assert set(primary["endpoint"]) == {"isotonic_0.99", "mean_accuracy"}
+    assert primary["p_adjusted"].notna().all() and table.loc[table["role"] == "secondary", "p_adjusted"].isna().all()
+    assert rows.loc["mean_accuracy", "verdict_adjusted"] in ("higher", "undecided", "lower")
+    with_target = analysis.summarize_study([{**study[0], "target_accuracy": 0.55}], tables.evals, n_boot=200,
+                                           power=False)
+    assert with_target.set_index("endpoint").loc["fixed", "target_accuracy"] == 0.55
+    only_two = analysis.summarize_study([{**study[0], "seeds": [0, 1]}], tables.evals, n_boot=200, power=False)
     assert set(only_two["n_seeds_baseline"]) == {2}
 
 
-def test_old_summaries_read_under_the_new_column_names(tmp_path):
-    old = tmp_path / "summary.csv"
-    old.write_text("benchmark,rule,threshold,speedup\narith,0.99,0.58,1.09\narith,1.0,0.59,\n")
-    table = analysis.read_summary(old)
-    assert list(table["target_rule"]) == ["paper", "paper"] and list(table["target"]) == ["0.99", "1.00"]
-    assert list(table["target_accuracy"]) == [0.58, 0.59]
+def test_read_summary_keeps_the_target_as_text(tmp_path):
+    path = tmp_path / "summary.csv"
+    path.write_text("benchmark,target_rule,target,speedup\narith,paper,0.99,1.09\narith,paper,1.00,\n")
+    assert list(analysis.read_summary(path)["target"]) == ["0.99", "1.00"]
 
 
 def test_projection_divides_our_step_efficiency_by_the_other_machines_cost_ratio(tmp_path):
@@ -349,18 +304,26 @@ def test_cli_analyze_writes_csv_and_markdown(tmp_path, capsys):
     study = tmp_path / "study.yaml"
     study.write_text(yaml.safe_dump({"comparisons": [
         {"name": "main", "benchmark": "arith", "hardware": "cpu", "design": "equal_update", "baseline": "grpo-n4-m4",
-         "method": "pods-max_variance-n16-m4"},
+         "method": "pods-max_variance-n16-m4", "align": "nearest"},
         {"benchmark": "arith", "hardware": "cpu", "design": "equal_update", "baseline": "pods-max_variance-n16-m4",
-         "method": "grpo-n4-m4"}]}))
+         "method": "grpo-n4-m4", "align": "nearest"}]}))
     out = tmp_path / "tables" / "summary.csv"
     assert pods_main(["analyze", "--runs", str(tmp_path / "runs"), "--study", str(study), "--out", str(out),
-                      "--n-boot", "20"]) == 0
+                      "--n-boot", "200"]) == 0
     table = pd.read_csv(out)
-    assert len(table) == 10 and table.loc[0, "speedup"] == 2.0
-    assert pd.isna(table.loc[5, "speedup"])  # GRPO never reaches the PODS peak
+    per = len(verdict.ENDPOINTS) - 1  # no fixed target in this study
+    assert len(table) == 2 * per
+    first, second = table.iloc[:per].set_index("endpoint"), table.iloc[per:].set_index("endpoint")
+    assert first.loc["paper_0.99", "speedup"] == 2.0
+    assert np.isnan(second.loc["paper_0.99", "t_method_s"])  # GRPO never reaches the PODS peak
+    assert second.loc["paper_0.99", "censored"].startswith("method not reached")
+    assert (table.loc[table["role"] == "primary", "multiplicity"] == "holm over 2").all()
     markdown = out.with_suffix(".md").read_text()
-    assert markdown.startswith("## Verdict") and "| main | arith |" in markdown
+    assert markdown.startswith("## (a)") and "| main | arith |" in markdown and "## (b)" in markdown
     assert "not reached" in markdown
     assert not list(out.parent.glob(".*tmp"))
     assert pods_main(["analyze", "--runs", str(tmp_path), "--study", str(tmp_path / "none.yaml")]) == 2
     assert "study file" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        pods_main(["analyze", "--runs", str(tmp_path), "--study", str(study), "--n-boot", "20"])
+    assert "--n-boot: must be >= 200, got 20" in capsys.readouterr().err
