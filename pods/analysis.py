@@ -247,7 +247,7 @@ def mean_curve(df: pd.DataFrame, grid: Sequence[float], how: str | None = None,
     return curve_from_matrix(grid, matrix)
 
 
-def default_grid(df: pd.DataFrame) -> np.ndarray:
+def default_grid(df: pd.DataFrame, how: str | None = None) -> np.ndarray:
     """The common evaluation times when every seed shares them (checkpoint schedules); otherwise
     a regular grid at the median evaluation interval (snapped to a round clock interval) up to the
     shortest seed's last evaluation."""
@@ -261,7 +261,10 @@ def default_grid(df: pd.DataFrame) -> np.ndarray:
     spacing = snap_interval(float(np.median(np.concatenate([np.diff(s) for s in per_seed if len(s) > 1]))))
     t_max = min(float(s[-1]) for s in per_seed)
     # a run shorter than one interval would leave only t = 0, where every method is equal
-    return regular_grid(min(spacing, t_max) if t_max > 0 else spacing, t_max)
+    grid = regular_grid(min(spacing, t_max) if t_max > 0 else spacing, t_max)
+    if (how or DEFAULT_ALIGN) == "linear":  # interpolation needs an evaluation of every seed after each point
+        grid = grid[grid <= t_max + 1e-9]
+    return grid
 
 
 CLOCK_INTERVALS_S = (1, 2, 5, 10, 15, 20, 30, 60, 120, 180, 300, 600, 900, 1200, 1800, 3600, 7200)
@@ -413,12 +416,13 @@ def _arm(evals: pd.DataFrame, comp: Mapping, method: str) -> pd.DataFrame:
 
 
 def comparison_grid(comp: Mapping, base: pd.DataFrame, meth: pd.DataFrame) -> np.ndarray:
+    how = comp.get("align", DEFAULT_ALIGN)
     if "grid_s" in comp:
         t_max = comp.get("t_max_s")
         if t_max is None:
-            t_max = min(default_grid(base)[-1], default_grid(meth)[-1])
+            t_max = min(default_grid(base, how)[-1], default_grid(meth, how)[-1])
         return regular_grid(float(comp["grid_s"]), float(t_max))
-    grid = default_grid(pd.concat([base, meth]))
+    grid = default_grid(pd.concat([base, meth]), how)
     if "t_max_s" in comp:
         grid = grid[grid <= float(comp["t_max_s"]) + 1e-9]
     return grid

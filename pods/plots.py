@@ -222,13 +222,13 @@ def _time_unit(grid: np.ndarray) -> tuple[float, str]:
     return 1.0, "seconds"
 
 
-def plot_runs(runs_root: str | os.PathLike, out_dir: str | os.PathLike, how: str = "nearest") -> list[Path]:
+def plot_runs(runs_root: str | os.PathLike, out_dir: str | os.PathLike, how: str | None = None) -> list[Path]:
     """Every figure of the runs under `runs_root` (see the module docstring)."""
     evals, steps, _ = analysis.load_runs(runs_root)
     out_dir = Path(out_dir)
     written = []
     for (benchmark, hardware, eval_set), part in evals.groupby(["benchmark", "hardware", "eval_set"]):
-        grid = analysis.default_grid(part)
+        grid = analysis.default_grid(part, how)
         scale, unit = _time_unit(grid)
         xlabel = f"Training Time on {hardware} ({unit})"
         methods = sorted(part["method"].unique())
@@ -319,7 +319,7 @@ def target_marks(summary: pd.DataFrame | None, study: Sequence[Mapping], benchma
 
 def plot_study_figure(kind: str, runs_root: str | os.PathLike, study: Sequence[Mapping], benchmark: str,
                       hardware: str, stem: str | os.PathLike, design: str | None = None,
-                      how: str = "nearest", summary: pd.DataFrame | None = None) -> list[Path]:
+                      how: str | None = None, summary: pd.DataFrame | None = None) -> list[Path]:
     """One figure of a study (the Snakemake `plot` rule): `<stem>.png` and `<stem>.pdf`. The
     accuracy figure of one comparison marks its targets and crossings from `summary`."""
     methods = study_methods(study, kind, benchmark, hardware, design)
@@ -336,10 +336,12 @@ def plot_study_figure(kind: str, runs_root: str | os.PathLike, study: Sequence[M
     arms = {m: analysis.select_eval_set(evals[evals["method"] == m], benchmark) for m in methods}
     comps = [c for c in study if c["benchmark"] == benchmark and c["hardware"] == hardware
              and c.get("name", "main") == "main" and (design is None or c["design"] == design)]
-    if kind == "accuracy" and len(comps) == 1:  # the comparison's own grid, as its summary row used
-        grid = analysis.comparison_grid(comps[0], arms[comps[0]["baseline"]], arms[comps[0]["method"]])
+    if kind == "accuracy" and len(comps) == 1:  # the comparison's own grid and alignment, as its summary used
+        how = how or comps[0].get("align")
+        grid = analysis.comparison_grid({**comps[0], "align": how or analysis.DEFAULT_ALIGN},
+                                        arms[comps[0]["baseline"]], arms[comps[0]["method"]])
     else:
-        grid = analysis.default_grid(pd.concat(arms.values()))
+        grid = analysis.default_grid(pd.concat(arms.values()), how)
     scale, unit = _time_unit(grid)
     value = "mean_length" if kind == "length" else "accuracy"
     curves = {parse_method(m).label: analysis.mean_curve(arm, grid, how=how, value=value) for m, arm in arms.items()}
@@ -476,6 +478,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmark")
     p.add_argument("--hardware")
     p.add_argument("--design", choices=analysis.DESIGNS, help="for `accuracy`: which design's comparisons")
-    p.add_argument("--align", default="nearest", choices=sorted(analysis.ALIGNERS),
-                   help="how each seed's evaluations are read off the common time grid")
+    p.add_argument("--align", default=None, choices=sorted(analysis.ALIGNERS),
+                   help="how each seed's evaluations are read off the common time grid "
+                        f"(default: the comparison's `align`, else {analysis.DEFAULT_ALIGN})")
     p.set_defaults(func=_cmd_plot)

@@ -386,16 +386,22 @@ def test_the_robust_rule_reproduces_the_papers_speedups_within_one_grid_step(rel
     paper_row, robust = speedups.loc[(setting, "paper", "0.99")], speedups.loc[(setting, "isotonic", "0.99")]
     t_b, t_m = paper_row["t_grpo"], paper_row["t_pods"]
     assert (t_b - grid) / (t_m + grid) <= robust["speedup"] <= (t_b + grid) / (t_m - grid)
-    assert robust["verdict"] == "faster"  # the robust rule decides where the grid-quantised one cannot
+    # with 10 seeds the robust rule's calibrated interval decides; the 8xH100 setting's 5 seeds do not
+    assert robust["verdict"] == ("undecided" if setting == "h100x8" else "faster")
 
 
 def test_the_decomposition_of_the_papers_settings(release_tables):
     summary = release_tables["summary"].set_index(["name", "target_rule", "target"])
     gsm8k = summary.loc[("gsm8k-l40s", "paper", "0.99")]
-    # PAPER.md 3.1 (a): 3 h at 7.56 s/step vs 1.5 h at 10.12 s/step
-    assert gsm8k["steps_baseline"] == pytest.approx(3 * 3600 / gsm8k["s_per_step_baseline"])
-    assert round(gsm8k["steps_baseline"]) in range(1425, 1435) and round(gsm8k["steps_method"]) in range(530, 540)
-    assert gsm8k["step_cost_ratio"] == pytest.approx(10.12 / 7.56, abs=0.01)
+    # the paper: 3 h for GRPO vs 1.5 h for PODS, at 7.56 vs 10.12 s/step averaged over the whole run.
+    # The decomposition reads each seed's logged step at its crossing instead: GRPO's is its average
+    # pace (1431 steps in 3 h), PODS's first 1.5 h ran slower than its run-wide average (496 steps,
+    # not the 534 that 10.12 s/step gives), so the step-cost ratio up to the target is 1.44, not 1.34
+    assert gsm8k["steps_baseline"] == pytest.approx(3 * 3600 / gsm8k["s_per_step_baseline"], rel=0.005)
+    assert round(gsm8k["steps_baseline"]) in range(1425, 1435) and round(gsm8k["steps_method"]) in range(490, 500)
+    assert gsm8k["step_cost_ratio"] == pytest.approx((1.5 * 3600 / gsm8k["steps_method"])
+                                                     / (3 * 3600 / gsm8k["steps_baseline"]))
+    assert gsm8k["s_per_step_method"] / gsm8k["s_per_step_baseline"] == pytest.approx(10.12 / 7.56, abs=0.01)
     assert gsm8k["speedup"] == pytest.approx(gsm8k["step_efficiency"] / gsm8k["step_cost_ratio"])
     # the 8-GPU steps are inferred from wandb's log-call counter (PAPER.md 4.1: ~77 s vs ~48 s)
     h100 = summary.loc[("h100x8", "paper", "0.99")]
@@ -481,7 +487,8 @@ def test_the_analysis_summary_of_the_imported_runs_gives_the_same_speedups(relea
     study = [{"benchmark": "gsm8k", "hardware": "l40s-lora", "design": "equal_update", "baseline": "grpo-n16-m16",
               "method": "pods-max_variance-n64-m16", "eval_set": "gsm8k", "grid_s": 1800, "t_max_s": 21600},
              {"benchmark": "gsm8k", "hardware": "h100x8-zero2", "design": "equal_generation",
-              "baseline": "grpo-n32-m32", "method": "pods-max_variance-n128-m32", "grid_s": 120, "t_max_s": 1800}]
+              "baseline": "grpo-n32-m32", "method": "pods-max_variance-n128-m32", "grid_s": 120, "t_max_s": 1800,
+              "align": "nearest"}]
     table = analysis.summarize_study(study, release_tables["evals"], None, release_tables["summaries"], n_boot=200)
     table = table.set_index(["hardware", "target_rule", "target"])
     assert table.loc[("l40s-lora", "paper", "0.99"), "speedup"] == pytest.approx(2.0)

@@ -51,7 +51,7 @@ def study_dir(tmp_path):
     make_study_runs(tmp_path)
     study = tmp_path / "study.yaml"
     study.write_text(yaml.safe_dump({"comparisons": [
-        {"name": "main", "benchmark": "arith", "hardware": "cpu", "design": "equal_update",
+        {"name": "main", "benchmark": "arith", "hardware": "cpu", "design": "equal_update", "align": "nearest",
          "baseline": "grpo-n4-m4", "method": "pods-max_variance-n16-m4", "seeds": [0, 1, 2]}]}))
     return tmp_path, study
 
@@ -119,7 +119,7 @@ def test_accuracy_figure_draws_the_runs_curves_and_the_summary_targets(study_dir
     root, study_file = study_dir
     study = analysis.load_study(study_file)
     tables = analysis.load_runs(root)
-    summary = analysis.summarize_study(study, tables.evals, tables.steps, n_boot=20)
+    summary = analysis.summarize_study(study, tables.evals, tables.steps, n_boot=200, power=False)
     figures = drawn_figures(monkeypatch)
     plots.plot_study_figure("accuracy", root, study, "arith", "cpu", root / "acc", design="equal_update",
                             summary=summary)

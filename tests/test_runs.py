@@ -246,7 +246,7 @@ def edit_line(path: Path, lineno: int, **changes) -> None:
 
 def analyze(results, capsys):
     rc = cli.main(["analyze", "--runs", str(results), "--study", str(results / "study.yaml"),
-                   "--out", str(results / "summary.csv"), "--n-boot", "10"])
+                   "--out", str(results / "summary.csv"), "--n-boot", "200"])
     return rc, capsys.readouterr().err.strip()
 
 
