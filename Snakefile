@@ -37,6 +37,8 @@ rule reproduce:
         figure_files(),
         PROJECTION_FILES,
         PROJECTION_FIGURES,
+        VERDICT_VIEW_FILES,
+        VERDICT_VIEW_FIGURES,
     default_target: True
     localrule: True
     run:

@@ -788,6 +788,49 @@ def projection_table(ours: pd.DataFrame, sources: Sequence[Mapping],
 
 
 # --------------------------------------------------------------------------------------------
+# The verdict's other views: the speedup profile, time-to-target curves, the calibration table
+# --------------------------------------------------------------------------------------------
+PROFILE_COLUMNS = ["comparison", "benchmark", "hardware", "design", "baseline", "method", "level",
+                   "t_baseline_s", "t_method_s", "speedup", "ci_low", "ci_high"]
+
+
+def verdict_views(runs, study_path, out_dir, figures_dir, studies: int = 200, boot: int = 200,
+                  seed: int = 0) -> list[Path]:
+    """speedup_profile.csv and calibration.csv/.md in `out_dir`; speedup_profile.{png,pdf} and
+    time_to_target.{png,pdf} (Kaplan-Meier) in `figures_dir`, for every comparison of the study."""
+    from pods import calibration, plots
+
+    study = load_study(study_path)
+    tables = load_runs(runs)
+    profile_rows, km, comps = [], [], []
+    for comp in study:
+        grid, base, meth, _, _ = comparison_arms(comp, tables.evals)
+        label = comparison_label(comp)
+        keys = {k: comp[k] for k in ("benchmark", "hardware", "design", "baseline", "method")}
+        profile_rows += [{"comparison": label, **keys, **r} for r in verdict.speedup_profile(grid, base, meth, seed=seed)]
+        target = comp.get("target_accuracy")
+        if target is None:
+            target = stats.isotonic_rule(grid, base.curves.mean(axis=0)[None, :], meth.curves.mean(axis=0)[None, :],
+                                         0.99).target[0]
+        if np.isfinite(target):
+            km.append((label, float(target), verdict.survival_curves(grid, base, meth, float(target))))
+        comps.append({"label": label, "t": grid, "base": base.curves, "meth": meth.curves,
+                      "fixed": comp.get("target_accuracy")})
+    out_dir, figures_dir = Path(out_dir), Path(figures_dir)
+    profile = pd.DataFrame.from_records(profile_rows, columns=PROFILE_COLUMNS)
+    write_csv(profile, out_dir / "speedup_profile.csv")
+    table = calibration.calibrate(comps, seeds=(4, 10, 30), studies=studies, boot=boot, seed=seed)
+    write_csv(table, out_dir / "calibration.csv")
+    atomic_write_text(out_dir / "calibration.md",
+                      f"## Calibration of every endpoint ({studies} simulated studies per cell, {boot} resamples; "
+                      f"docs/verdict.md)\n\n" + calibration.calibration_markdown(table))
+    written = [out_dir / "speedup_profile.csv", out_dir / "calibration.csv", out_dir / "calibration.md"]
+    written += plots.speedup_profile_figure(profile, figures_dir / "speedup_profile")
+    written += plots.time_to_target_figure(km, figures_dir / "time_to_target")
+    return written
+
+
+# --------------------------------------------------------------------------------------------
 # Writing results
 # --------------------------------------------------------------------------------------------
 def write_csv(df: pd.DataFrame, path: str | os.PathLike) -> None:

@@ -413,6 +413,56 @@ def decomposition_figure(table: pd.DataFrame, stem: str | os.PathLike, rule: str
         return save_figure(fig, stem)
 
 
+def _panels(n: int):
+    cols = min(n, 2)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.5 * rows), constrained_layout=True, squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:n])
+
+
+def speedup_profile_figure(profile: pd.DataFrame, stem: str | os.PathLike) -> list[Path]:
+    """Per comparison, the speedup at every accuracy level from the base model to the baseline's
+    final level (pods.verdict.speedup_profile), with its pointwise 95% band; 1 is no speedup."""
+    groups = list(profile.groupby("comparison", sort=False))
+    if not groups:
+        raise ValueError(f"no speedup profile to draw in {stem}")
+    with plt.rc_context(STYLE):
+        fig, axes = _panels(len(groups))
+        for ax, (label, part) in zip(axes, groups):
+            x = 100 * part["level"].to_numpy(float)
+            ax.plot(x, part["speedup"], marker="o", color=soften(DESIGN_COLORS.get(part["design"].iloc[0], "#444444")))
+            ax.fill_between(x, part["ci_low"], part["ci_high"], alpha=0.25, color="#888888", linewidth=0)
+            ax.axhline(1.0, color="black", linewidth=1)
+            ax.set_yscale("log")
+            ax.set_title(label, fontsize=10)
+            ax.set_xlabel("Accuracy level (%)")
+            ax.set_ylabel("Speedup (baseline time / method time)")
+            ax.grid(alpha=0.3, which="both")
+        return save_figure(fig, stem)
+
+
+def time_to_target_figure(curves: Sequence[tuple[str, float, dict]], stem: str | os.PathLike) -> list[Path]:
+    """Per comparison, the Kaplan-Meier fraction of seeds that have reached the target by each
+    training time (censored at T), baseline and method: the log-rank test's view."""
+    if not curves:
+        raise ValueError(f"no time-to-target curves to draw in {stem}")
+    with plt.rc_context(STYLE):
+        fig, axes = _panels(len(curves))
+        for ax, (label, target, arms) in zip(axes, curves):
+            for name, color in (("baseline", "#7f7f7f"), ("method", "#d62728")):
+                times, fraction = arms[name]
+                ax.step(times, 100 * fraction, where="post", color=color, label=name)
+            ax.set_title(f"{label}\ntarget {100 * target:.1f}%", fontsize=10)
+            ax.set_xlabel("Training time (s)")
+            ax.set_ylabel("Seeds at the target (%)")
+            ax.set_ylim(-3, 103)
+            ax.grid(alpha=0.3)
+            ax.legend(loc="lower right", fontsize=9)
+        return save_figure(fig, stem)
+
+
 def projection_figure(decomposition: pd.DataFrame, projection: pd.DataFrame, stem: str | os.PathLike,
                       rule: str = "isotonic") -> list[Path]:
     """Speedup against step-cost ratio: our measured points and the paper's (filled), and our step

@@ -93,6 +93,7 @@ class StepRecord(_StepFields, total=False):
     loss: float
     grad_norm: float
     lr: float
+    load_avg_1m: float              # the machine's 1-minute load average after the step
 
 
 def run_path(runs_dir: str, **key: Any) -> str:

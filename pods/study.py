@@ -36,7 +36,7 @@ from pods.runs import run_path
 SCHEMA = Path(__file__).resolve().parents[1] / "config" / "schema.yaml"
 DESIGNS = ("equal_update", "equal_generation")
 # Comparison keys that only the analysis reads (the study-file format of pods.analysis).
-ANALYSIS_KEYS = ("grid_s", "t_max_s", "eval_set")
+ANALYSIS_KEYS = ("grid_s", "t_max_s", "eval_set", "align", "target_accuracy")
 # m_scaling varies m on purpose, and is read against the baseline's target only.
 UNCHECKED_DESIGN = ("m_scaling",)
 
@@ -165,7 +165,7 @@ class Comparison:
     baseline: str
     method: str
     seeds: tuple[int, ...]
-    analysis: Mapping[str, Any] = field(default_factory=dict)  # grid_s, t_max_s, eval_set
+    analysis: Mapping[str, Any] = field(default_factory=dict)  # ANALYSIS_KEYS
     where: str = field(default="", compare=False)  # `comparisons[i].methods[j]`, for error messages
 
     def row(self) -> dict:
@@ -256,6 +256,18 @@ class Study:
             self._profiles[name] = HardwareProfile.load(name, self.config["hardware_dir"], self.schema)
         return self._profiles[name]
 
+    def train_priority(self, run: Run) -> int:
+        """The train job's Snakemake priority: its place in a permutation of the study's runs
+        drawn from `schedule_seed`. Jobs that run side by side slow each other's clocks; in the
+        order the study lists them, the same arms would always share the machine (GRPO-GA beside
+        PODS, say), a wall-clock effect no seed bootstrap sees. A seeded shuffle spreads it over
+        the arms, and the seed in the config records the order."""
+        import random
+
+        order = list(self.runs)
+        random.Random(self.config.get("schedule_seed", 0)).shuffle(order)
+        return len(order) - order.index(run)
+
     def resource_names(self) -> list[str]:
         """Every scheduler resource some profile of this study asks for (a rule's resource names
         are fixed when the workflow is parsed; a profile that lacks one asks for 0 of it)."""
@@ -282,8 +294,14 @@ class Study:
                 except StudyError as exc:
                     raise StudyError(f"{where}.hardware: {exc}") from None
             analysis = {key: comp[key] for key in ANALYSIS_KEYS if key in comp}
+
+            def for_benchmark(label: str) -> dict:
+                # a benchmark's fixed quality target applies to its comparisons unless one sets its own
+                target = self.config["benchmarks"][label].get("target_accuracy")
+                return {**({"target_accuracy": target} if target is not None else {}), **analysis}
+
             rows += [Comparison(comp["name"], comp["design"], benchmark, hardware, comp["baseline"], method,
-                                seeds, analysis, where=f"{where}.methods[{j}]")
+                                seeds, for_benchmark(benchmark), where=f"{where}.methods[{j}]")
                      for benchmark in comp["benchmarks"] for hardware in comp["hardware"]
                      for j, method in enumerate(comp["methods"])]
         return rows

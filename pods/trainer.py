@@ -454,6 +454,8 @@ def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every
                 "reward_mean": reward_sum / generated,
                 "zero_variance_frac": flat / cfg.groups_per_step,  # share of groups with no learning signal
                 "kept_zero_variance_frac": kept_flat / cfg.groups_per_step,
+                # what else ran on the machine: runs that share it slow each other's clocks
+                "load_avg_1m": round(os.getloadavg()[0], 3),
                 **metrics,
             }
             if lead:

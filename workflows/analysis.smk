@@ -76,6 +76,36 @@ rule project:
             print(*written, sep="\n", file=fh)
 
 
+# The verdict's other views: the speedup at every accuracy level (profile), the per-seed times to
+# the target as Kaplan-Meier curves, and the calibration harness's table for this study's arms
+# (coverage, false decisions, power of every endpoint at 4, 10 and 30 seeds; pods calibrate).
+VERDICT_VIEW_FILES = [f"{PROJECTION_DIR}/{name}" for name in ("speedup_profile.csv", "calibration.csv", "calibration.md")]
+VERDICT_VIEW_FIGURES = [f"{FIGURES}/{name}.{ext}" for name in ("speedup_profile", "time_to_target") for ext in ("png", "pdf")]
+
+
+rule verdict_views:
+    input:
+        study=STUDY_FILE,
+        summary=SUMMARY_CSV,  # the runs are final once the summary is
+    params:
+        studies=config["calibration"]["studies"],
+        boot=config["calibration"]["boot"],
+    output:
+        VERDICT_VIEW_FILES,
+        [report(f, caption=f"report/{Path(f).stem}.rst", category="Figures", subcategory="verdict")
+         if f.endswith(".png") else f for f in VERDICT_VIEW_FIGURES],
+    localrule: True
+    log:
+        f"{LOGS}/verdict_views.log",
+    run:
+        from pods.analysis import verdict_views
+
+        with open(log[0], "w") as fh:
+            written = verdict_views(RUNS, input.study, PROJECTION_DIR, FIGURES, studies=params.studies,
+                                    boot=params.boot)
+            print(*written, sep="\n", file=fh)
+
+
 def print_summary(path):
     """The table a study target ends with, on the terminal that asked for it."""
     print(f"\n{path}:\n\n{Path(path).read_text()}", flush=True)

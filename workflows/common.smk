@@ -82,4 +82,5 @@ def cached_results():
             f"figures: {len(todo)} of the study's {len(STUDY.runs)} runs have no finished results "
             f"(e.g. {todo[0]}); `snakemake reproduce` trains them"
         )
-    return [SUMMARY_CSV, SUMMARY_MD, *figure_files(), *PROJECTION_FILES, *PROJECTION_FIGURES]
+    return [SUMMARY_CSV, SUMMARY_MD, *figure_files(), *PROJECTION_FILES, *PROJECTION_FIGURES,
+            *VERDICT_VIEW_FILES, *VERDICT_VIEW_FIGURES]

@@ -38,6 +38,8 @@ rule train:
     params:
         cmd=train_command,
     threads: lambda wc: STUDY.profile(wc.hardware).threads
+    # a seeded shuffle of the runs (schedule_seed): which runs share the machine is randomised
+    priority: lambda wc: STUDY.train_priority(run_from(wc))
     resources:
         **train_resources(),
     log:
