@@ -500,7 +500,6 @@ def summarize_study(study: Sequence[Mapping], evals: pd.DataFrame, steps: pd.Dat
 
     times = step_time_table(steps, summaries)
     rows, arms = [], []
-    family = len(study)
     for i, comp in enumerate(study):
         comp = validate_comparison(comp, f"comparison {i + 1}")
         grid, base_arm, meth_arm, base, meth = comparison_arms(comp, evals, how=how)
@@ -528,11 +527,16 @@ def summarize_study(study: Sequence[Mapping], evals: pd.DataFrame, steps: pd.Dat
             rows.append({**common, **record, **tail, "seeds_to_decide": math.nan})
             arms.append((grid, base_arm, meth_arm, fixed))
     verdict.adjust_family(rows, multiplicity)
+    known: dict[tuple, float] = {}
     for row, (grid, base_arm, meth_arm, fixed) in zip(rows, arms):
         if power and row["role"] == "primary" and row["verdict_adjusted"] == "undecided":
             # at the per-test level Bonferroni gives: Holm decides at least what it decides
-            row["seeds_to_decide"] = calibration.seeds_to_decide(
-                grid, base_arm.curves, meth_arm.curves, row["endpoint"], stats.ALPHA / family, seed=seed, fixed=fixed)
+            key = (*(row[k] for k in verdict.ARM_KEYS), row["endpoint"])
+            if key not in known:  # the same pair under another comparison name: same answer
+                known[key] = calibration.seeds_to_decide(
+                    grid, base_arm.curves, meth_arm.curves, row["endpoint"],
+                    stats.ALPHA / verdict.family_size(rows, row["question"]), seed=seed, fixed=fixed)
+            row["seeds_to_decide"] = known[key]
     table = pd.DataFrame.from_records(rows)
     return table[[c for c in SUMMARY_COLUMNS if c in table.columns] + [c for c in table.columns if c not in SUMMARY_COLUMNS]]
 
@@ -803,9 +807,13 @@ def verdict_views(runs, study_path, out_dir, figures_dir, studies: int = 200, bo
     study = load_study(study_path)
     tables = load_runs(runs)
     profile_rows, km, comps = [], [], []
+    seen = set()
     for comp in study:
-        grid, base, meth, _, _ = comparison_arms(comp, tables.evals)
         label = comparison_label(comp)
+        if label in seen:  # the same two arms under another name (an ablation reusing `main`'s pair)
+            continue
+        seen.add(label)
+        grid, base, meth, _, _ = comparison_arms(comp, tables.evals)
         keys = {k: comp[k] for k in ("benchmark", "hardware", "design", "baseline", "method")}
         profile_rows += [{"comparison": label, **keys, **r} for r in verdict.speedup_profile(grid, base, meth, seed=seed)]
         target = comp.get("target_accuracy")

@@ -261,12 +261,15 @@ def comparisons_from_runs(runs, study_path, align: str | None = None) -> list[di
 
     study = analysis.load_study(study_path)
     tables = analysis.load_runs(runs)
-    out = []
-    for i, comp in enumerate(study):
+    out = {}
+    for comp in study:
+        label = analysis.comparison_label(comp)
+        if label in out:  # the same two arms listed twice (under two comparison names)
+            continue
         t, base, meth = analysis.comparison_arms(comp, tables.evals, how=align)[:3]
-        out.append({"label": analysis.comparison_label(comp), "t": t, "base": base.curves, "meth": meth.curves,
-                    "fixed": comp.get("target_accuracy")})
-    return out
+        out[label] = {"label": label, "t": t, "base": base.curves, "meth": meth.curves,
+                      "fixed": comp.get("target_accuracy")}
+    return list(out.values())
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:

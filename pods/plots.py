@@ -93,8 +93,10 @@ def target_panel(ax, marks: Sequence[Mapping], time_scale: float, percent: bool,
     for mark in marks:
         linestyle, marker = TARGET_STYLES[mark["rule"]]
         y = mark["target"] * factor
+        # while the baseline still rises at T its "peak" is only its level at T: say so
+        caveat = " (no peak within T: the baseline's level at T)" if mark.get("rising") else ""
         ax.axhline(y, color="#555555", linestyle=linestyle, linewidth=1,
-                   label=f"target, {mark['rule']} rule: {analysis._fmt(mark['target'])}")
+                   label=f"target, {mark['rule']} rule: {analysis._fmt(mark['target'])}{caveat}")
         for i, (label, t) in enumerate(mark["crossings"].items()):
             color = soften((colors or {}).get(label, PALETTE[i % len(PALETTE)]))
             fit = mark.get("fits", {}).get(label)
@@ -309,6 +311,7 @@ def target_marks(summary: pd.DataFrame | None, study: Sequence[Mapping], benchma
             continue
         times = {labels[comp["baseline"]]: rec["t_baseline_s"], labels[comp["method"]]: rec["t_method_s"]}
         mark = {"rule": rec["target_rule"], "target": float(rec["target_accuracy"]),
+                "rising": rec.get("plateau") == "no peak within T",
                 "crossings": {k: None if pd.isna(v) else float(v) for k, v in times.items()}}
         if rec["target_rule"] == "isotonic":
             mark["fits"] = {label: (grid, analysis.isotonic_fit(curves[label]["mean"].to_numpy(float)))

@@ -202,10 +202,15 @@ def expanded(replicates: np.ndarray, estimate: np.ndarray, k: int) -> Interval:
     scale, df = _expansion(k)
     tail = float(sps.norm.cdf(-scale * sps.t.ppf(1 - ALPHA / 2, df)))
     lo, hi = np.nanquantile(replicates, [tail, 1 - tail], axis=-1)
-    # p: the level at which an end of the interval touches 0 (the quantile map above, inverted)
-    n = replicates.shape[-1]
-    side = np.minimum(np.mean(replicates <= 0, axis=-1), np.mean(replicates >= 0, axis=-1))
-    side = np.clip(side, 1 / (n + 1), 0.5)
+    # p: the level at which an end of the interval touches 0 (the quantile map above, inverted).
+    # Where fewer than 10 resamples lie beyond 0 their count says little, and a p-value floored at
+    # 1/B could never pass a Holm-adjusted level; the tail is then read off a normal fit to them.
+    n = np.sum(np.isfinite(replicates), axis=-1)
+    count = np.minimum(np.sum(replicates <= 0, axis=-1), np.sum(replicates >= 0, axis=-1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        normal = sps.norm.cdf(-np.abs(np.nanmean(replicates, axis=-1)) / np.nanstd(replicates, axis=-1, ddof=1))
+    side = np.where(count >= 10, count / np.maximum(n, 1), np.nan_to_num(normal, nan=0.5))
+    side = np.clip(side, 1e-12, 0.5)
     p = 2 * sps.t.sf(-sps.norm.ppf(side) / scale, df)
     return Interval(lo, hi, np.minimum(p, 1.0))
 

@@ -137,15 +137,19 @@ def test_compare_reports_a_method_that_never_gets_there_as_an_upper_bound():
     assert rows["isotonic_0.99"]["plateau"] == "no peak within T"
 
 
-def test_adjust_family_is_holm_within_each_question_over_primary_rows_only():
-    rows = [{"endpoint": "isotonic_0.99", "question": "a", "role": "primary", "p_value": p, "estimate": 1.5}
-            for p in (0.01, 0.04)]
-    rows += [{"endpoint": "mean_accuracy", "question": "b", "role": "primary", "p_value": p, "estimate": -0.02}
-             for p in (0.001, 0.2)]
-    rows += [{"endpoint": "paper_0.99", "question": "a", "role": "secondary", "p_value": 0.001, "estimate": 2.0}]
+def test_adjust_family_is_holm_within_each_question_over_distinct_primary_rows_only():
+    def row(endpoint, question, role, p, estimate, method):
+        return {"endpoint": endpoint, "question": question, "role": role, "p_value": p, "estimate": estimate,
+                "benchmark": "arith", "hardware": "cpu", "baseline": "grpo-n16-m16", "method": method}
+
+    rows = [row("isotonic_0.99", "a", "primary", p, 1.5, m) for p, m in ((0.01, "pods-a"), (0.04, "pods-b"))]
+    rows += [row("mean_accuracy", "b", "primary", p, -0.02, m) for p, m in ((0.001, "pods-a"), (0.2, "pods-b"))]
+    rows += [row("paper_0.99", "a", "secondary", 0.001, 2.0, "pods-a")]
+    rows += [row("isotonic_0.99", "a", "primary", 0.04, 1.5, "pods-b")]  # the same pair again: one hypothesis
     verdict.adjust_family(rows)
-    assert [r.get("p_adjusted") for r in rows] == pytest.approx([0.02, 0.04, 0.002, 0.2, None], nan_ok=True)
-    assert [r.get("verdict_adjusted") for r in rows] == ["faster", "faster", "lower", "undecided", None]
+    assert [r.get("p_adjusted") for r in rows] == pytest.approx([0.02, 0.04, 0.002, 0.2, None, 0.04], nan_ok=True)
+    assert [r.get("verdict_adjusted") for r in rows] == ["faster", "faster", "lower", "undecided", None, "faster"]
+    assert rows[0]["multiplicity"] == "holm over 2"
 
 
 # --------------------------------------------------------------------------------------------
