@@ -428,6 +428,21 @@ def comparison_grid(comp: Mapping, base: pd.DataFrame, meth: pd.DataFrame) -> np
     return grid
 
 
+def check_grid_covered(comp: Mapping, grid: np.ndarray, rows: pd.DataFrame, how: str) -> None:
+    """Linear alignment interpolates between evaluations and never extrapolates: a fixed grid that
+    runs past a seed's last evaluation would leave that seed's curve undefined there (and the
+    budget T, the estimand, silently shorter), so it is refused with the way out."""
+    if how != "linear":
+        return
+    last = rows.groupby("seed")["train_time_s"].max()
+    if float(grid[-1]) > float(last.min()) + 1e-9:
+        seed = last.idxmin()
+        raise ValueError(
+            f"{comparison_label(comp)}: the grid runs to {grid[-1]:g} s but seed {seed} of "
+            f"{rows['method'].iloc[0]} was last evaluated at {last.min():g} s, and linear alignment "
+            f"does not extrapolate; set the comparison's t_max_s <= {last.min():g} or align: nearest")
+
+
 def comparison_label(comp: Mapping) -> str:
     return f"{comp['benchmark']} {comp['design']} ({comp['hardware']}): {comp['method']} vs {comp['baseline']}"
 
@@ -439,6 +454,8 @@ def comparison_arms(comp: Mapping, evals: pd.DataFrame, how: str | None = None
     how = how or comp.get("align", DEFAULT_ALIGN)
     base, meth = _arm(evals, comp, comp["baseline"]), _arm(evals, comp, comp["method"])
     grid = comparison_grid(comp, base, meth)
+    for rows in (base, meth):
+        check_grid_covered(comp, grid, rows, how)
     arms = []
     for rows in (base, meth):
         _, curves = seed_matrix(rows, grid, how=how)
@@ -820,8 +837,8 @@ def verdict_views(runs, study_path, out_dir, figures_dir, studies: int = 200, bo
         if target is None:
             target = stats.isotonic_rule(grid, base.curves.mean(axis=0)[None, :], meth.curves.mean(axis=0)[None, :],
                                          0.99).target[0]
-        if np.isfinite(target):
-            km.append((label, float(target), verdict.survival_curves(grid, base, meth, float(target))))
+        km.append((label, float(target), verdict.survival_curves(grid, base, meth, float(target)))
+                  if np.isfinite(target) else (label, math.nan, None))
         comps.append({"label": label, "t": grid, "base": base.curves, "meth": meth.curves,
                       "fixed": comp.get("target_accuracy")})
     out_dir, figures_dir = Path(out_dir), Path(figures_dir)
@@ -833,7 +850,7 @@ def verdict_views(runs, study_path, out_dir, figures_dir, studies: int = 200, bo
                       f"## Calibration of every endpoint ({studies} simulated studies per cell, {boot} resamples; "
                       f"docs/verdict.md)\n\n" + calibration.calibration_markdown(table))
     written = [out_dir / "speedup_profile.csv", out_dir / "calibration.csv", out_dir / "calibration.md"]
-    written += plots.speedup_profile_figure(profile, figures_dir / "speedup_profile")
+    written += plots.speedup_profile_figure(profile, figures_dir / "speedup_profile", labels=[c["label"] for c in comps])
     written += plots.time_to_target_figure(km, figures_dir / "time_to_target")
     return written
 

@@ -78,7 +78,7 @@ def fit_correlation(residuals: list[np.ndarray]) -> tuple[float, float]:
         sd = r.std(axis=0, ddof=1)
         keep = sd > 0
         standardized.append((r[:, keep] / sd[keep], np.flatnonzero(keep)))
-    g = max(int(idx.max()) + 1 for _, idx in standardized if idx.size) if standardized else 1
+    g = max((r.shape[1] for r in residuals), default=1)
     num, den = np.zeros((g, g)), np.zeros((g, g))
     for z, idx in standardized:
         if len(z) < 2 or not idx.size:

@@ -425,15 +425,30 @@ def _panels(n: int):
     return fig, list(axes.flat[:n])
 
 
-def speedup_profile_figure(profile: pd.DataFrame, stem: str | os.PathLike) -> list[Path]:
-    """Per comparison, the speedup at every accuracy level from the base model to the baseline's
-    final level (pods.verdict.speedup_profile), with its pointwise 95% band; 1 is no speedup."""
-    groups = list(profile.groupby("comparison", sort=False))
-    if not groups:
-        raise ValueError(f"no speedup profile to draw in {stem}")
+def _no_data(ax, label: str, why: str) -> None:
+    """A panel that says why a comparison has nothing to draw, rather than a missing panel."""
+    ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes, fontsize=9, wrap=True)
+    ax.set_title(label, fontsize=10)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def speedup_profile_figure(profile: pd.DataFrame, stem: str | os.PathLike,
+                           labels: Sequence[str] | None = None) -> list[Path]:
+    """Per comparison (`labels`, default: those in `profile`), the speedup at every accuracy level
+    from the base model to the baseline's final level (pods.verdict.speedup_profile), with its
+    pointwise 95% band; 1 is no speedup."""
+    labels = list(labels) if labels is not None else list(dict.fromkeys(profile["comparison"]))
+    if not labels:
+        raise ValueError(f"no comparison to draw in {stem}")
     with plt.rc_context(STYLE):
-        fig, axes = _panels(len(groups))
-        for ax, (label, part) in zip(axes, groups):
+        fig, axes = _panels(len(labels))
+        for ax, label in zip(axes, labels):
+            part = profile[profile["comparison"] == label]
+            if part.empty:
+                _no_data(ax, label, "the baseline's fitted curve never rises\nabove its start within T:\n"
+                                    "no accuracy level to compare at")
+                continue
             x = 100 * part["level"].to_numpy(float)
             ax.plot(x, part["speedup"], marker="o", color=soften(DESIGN_COLORS.get(part["design"].iloc[0], "#444444")))
             ax.fill_between(x, part["ci_low"], part["ci_high"], alpha=0.25, color="#888888", linewidth=0)
@@ -446,14 +461,18 @@ def speedup_profile_figure(profile: pd.DataFrame, stem: str | os.PathLike) -> li
         return save_figure(fig, stem)
 
 
-def time_to_target_figure(curves: Sequence[tuple[str, float, dict]], stem: str | os.PathLike) -> list[Path]:
+def time_to_target_figure(curves: Sequence[tuple[str, float, dict | None]], stem: str | os.PathLike) -> list[Path]:
     """Per comparison, the Kaplan-Meier fraction of seeds that have reached the target by each
-    training time (censored at T), baseline and method: the log-rank test's view."""
+    training time (censored at T), baseline and method: the log-rank test's view. A comparison
+    without a target (`arms` None: neither fitted curve rises) gets a panel that says so."""
     if not curves:
-        raise ValueError(f"no time-to-target curves to draw in {stem}")
+        raise ValueError(f"no comparison to draw in {stem}")
     with plt.rc_context(STYLE):
         fig, axes = _panels(len(curves))
         for ax, (label, target, arms) in zip(axes, curves):
+            if arms is None:
+                _no_data(ax, label, "no target: neither arm's fitted curve\nrises above its start within T")
+                continue
             for name, color in (("baseline", "#7f7f7f"), ("method", "#d62728")):
                 times, fraction = arms[name]
                 ax.step(times, 100 * fraction, where="post", color=color, label=name)

@@ -259,6 +259,19 @@ def test_summarize_study_gives_every_endpoint_step_times_phases_and_adjusted_pri
     assert set(only_two["n_seeds_baseline"]) == {2}
 
 
+def test_a_fixed_grid_past_a_seeds_last_evaluation_is_refused_under_linear_alignment(tmp_path):
+    make_study_runs(tmp_path)  # some seeds' last evaluations land before 240 s
+    comp = {"name": "main", "benchmark": "arith", "hardware": "cpu", "design": "equal_update",
+            "baseline": "grpo-n4-m4", "method": "pods-max_variance-n16-m4", "grid_s": 60, "t_max_s": 240}
+    evals = analysis.load_runs(tmp_path).evals
+    with pytest.raises(ValueError, match=r"grid runs to 240 s but seed \d of .* last evaluated at 23\d s.*align: nearest"):
+        analysis.comparison_arms(comp, evals)
+    grid, base, meth, _, _ = analysis.comparison_arms({**comp, "align": "nearest"}, evals)
+    assert grid[-1] == 240 and not np.isnan(base.curves).any() and not np.isnan(meth.curves).any()
+    grid, base, _, _, _ = analysis.comparison_arms({**comp, "t_max_s": 180}, evals)
+    assert grid[-1] == 180 and not np.isnan(base.curves).any()
+
+
 def test_read_summary_keeps_the_target_as_text(tmp_path):
     path = tmp_path / "summary.csv"
     path.write_text("benchmark,target_rule,target,speedup\narith,paper,0.99,1.09\narith,paper,1.00,\n")

@@ -231,3 +231,47 @@ def test_seeds_to_decide_grows_as_the_effect_shrinks():
     k_big = calibration.seeds_to_decide(GRID, big["base"], big["meth"], "mean_accuracy", 0.05, studies=100)
     k_small = calibration.seeds_to_decide(GRID, small["base"], small["meth"], "mean_accuracy", 0.05, studies=100)
     assert k_big < k_small and k_big in calibration.LADDER
+
+
+def test_cli_calibrate_writes_its_table_and_refuses_bad_seed_counts(tmp_path, capsys):
+    import yaml
+
+    from pods.cli import main as pods_main
+    from test_analysis import make_study_runs
+
+    make_study_runs(tmp_path)
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({"comparisons": [
+        {"benchmark": "arith", "hardware": "cpu", "design": "equal_update", "baseline": "grpo-n4-m4",
+         "method": "pods-max_variance-n16-m4", "align": "nearest"}]}))
+    out = tmp_path / "cal" / "calibration.csv"
+    assert pods_main(["calibrate", "--runs", str(tmp_path), "--study", str(study), "--seeds", "3",
+                      "--studies", "20", "--boot", "50", "--out", str(out)]) == 0
+    table = __import__("pandas").read_csv(out)
+    assert set(table["scenario"]) == {"fitted", "identical"} and set(table["seeds"]) == {3}
+    assert "| isotonic_0.99 | hull | 3 |" in out.with_suffix(".md").read_text()
+    with pytest.raises(SystemExit):
+        pods_main(["calibrate", "--runs", str(tmp_path), "--study", str(study), "--seeds", "1,4"])
+    assert "every seed count must be >= 2" in capsys.readouterr().err
+
+
+def test_speedup_profile_and_survival_curves():
+    t = np.linspace(0, 240, 17)
+    rng = np.random.default_rng(0)
+    base = np.clip(0.3 + 0.2 * (1 - np.exp(-t / 100)) + rng.normal(0, 0.005, (6, 17)), 0, 1)
+    meth = np.clip(0.3 + 0.2 * (1 - np.exp(-t / 50)) + rng.normal(0, 0.005, (6, 17)), 0, 1)
+    base[:, 0] = meth[:, 0] = 0.3
+    rows = verdict.speedup_profile(t, _arm(base), _arm(meth), levels=5, n_boot=300)
+    assert len(rows) == 5 and all(r["t_method_s"] < r["t_baseline_s"] for r in rows)
+    # exponential approach at twice the rate: half the time to every level below the method's plateau
+    assert rows[1]["speedup"] == pytest.approx(2.0, rel=0.15)
+    assert all(r["ci_low"] <= r["speedup"] <= r["ci_high"] for r in rows)
+    km = verdict.survival_curves(t, _arm(base), _arm(meth), target=0.45)
+    for times, fraction in km.values():
+        assert np.all(np.diff(fraction) >= 0) and fraction[-1] == pytest.approx(1.0)
+    assert np.interp(100, *km["method"]) > np.interp(100, *km["baseline"])
+
+
+def test_fit_correlation_of_flat_curves_is_independence():
+    # a smoke-sized study whose curves never move: no residual variance anywhere, no correlation to fit
+    assert calibration.fit_correlation([np.zeros((2, 5)), np.full((2, 5), 0.3) - 0.3]) == (0.0, 0.0)
