@@ -17,6 +17,7 @@ from pods.runs import RunFailed
 # sub-command name -> (module that implements it, one line of help)
 COMMANDS = {
     "train": ("pods.trainer", "train one GRPO / GRPO-PODS run (resumes from its checkpoint when restarted)"),
+    "fetch": ("pods.hub", "fetch a model or dataset from the hub once, into the hub cache and a local folder"),
     "warmstart": ("pods.warmstart", "supervised warm start of the tiny policy (the embedded base model)"),
     "analyze": ("pods.analysis", "speedup table of a study over run directories"),
     "calibrate": ("pods.calibration", "coverage, false decisions and power of every endpoint, by simulation"),

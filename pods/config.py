@@ -93,7 +93,8 @@ class TrainConfig:
     )
     base_model: str = field(
         default="models/{benchmark}/base",
-        metadata={"help": "Local model folder (save_pretrained layout) RL starts from; `{benchmark}` is filled in."},
+        metadata={"help": "Model RL starts from: a local folder (save_pretrained layout; `{benchmark}` is filled in) "
+                          "or a hub id, read through the hub cache (`pods fetch <id>` fetches it once)."},
     )
     run_dir: str = field(
         default="results/local/runs/{benchmark}/{hardware}/{method}/seed{seed}",
@@ -265,7 +266,12 @@ class TrainConfig:
         return self.groups_per_step * self.m
 
     def model_path(self) -> Path:
-        return Path(self.base_model.format(benchmark=self.benchmark))
+        """The base model's local folder; a hub id resolves to its snapshot in the hub cache
+        (`pods.hub`: downloaded when online, refused in one line when offline and not cached)."""
+        from pods import hub
+
+        base = self.base_model.format(benchmark=self.benchmark)
+        return hub.resolve(base) if hub.is_hub_id(base) else Path(base)
 
     def output_dir(self) -> Path:
         return Path(

@@ -49,12 +49,44 @@ def kept_advantages(
     if normalize_over not in ("kept", "all"):
         raise ValueError(f"normalize_over must be 'kept' or 'all', got {normalize_over!r}")
     as_numpy = isinstance(rewards, np.ndarray)
-    rewards, kept = torch.as_tensor(rewards), torch.as_tensor(kept, dtype=torch.long)
+    rewards, kept = _checked(torch.as_tensor(rewards), torch.as_tensor(kept), normalize_over)
     if normalize_over == "kept":
         advantages = group_advantages(torch.gather(rewards, 1, kept), scale=scale, eps=eps)
     else:
         advantages = torch.gather(group_advantages(rewards, scale=scale, eps=eps), 1, kept)
     return advantages.numpy() if as_numpy else advantages
+
+
+def _checked(rewards: torch.Tensor, kept: torch.Tensor, normalize_over: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The user's `rewards[G, n]` as floats (0/1 and bool rewards are the usual ones) and `kept[G, m]`
+    as long indices, or a ValueError that names the user's shapes, as `pods.selection.select` does."""
+    if rewards.is_complex():
+        raise ValueError(f"rewards must be real numbers, got dtype {rewards.dtype}")
+    if not rewards.is_floating_point():
+        rewards = rewards.to(torch.get_default_dtype())
+    if rewards.dim() != 2 or rewards.shape[1] < 2:
+        raise ValueError(f"rewards must have shape [groups, n] with n >= 2, got {tuple(rewards.shape)}")
+    bad = (~torch.isfinite(rewards)).any(dim=1).nonzero().flatten()
+    if len(bad):
+        raise ValueError(f"rewards of group {bad[0].item()} contain NaN or inf: {rewards[bad[0]].tolist()}")
+    G, n = rewards.shape
+    if kept.dtype == torch.bool or kept.is_floating_point() or kept.is_complex():
+        raise ValueError(f"kept must hold integer indices into each group's n = {n} rollouts, got dtype {kept.dtype}")
+    if kept.dim() != 2 or kept.shape[0] != G or not 1 <= kept.shape[1] <= n:
+        raise ValueError(f"kept must have shape [groups, m] = [{G}, m] with 1 <= m <= {n} (rewards {tuple(rewards.shape)}), "
+                         f"got {tuple(kept.shape)}")
+    if normalize_over == "kept" and kept.shape[1] < 2:
+        raise ValueError(f"normalize_over='kept' needs m >= 2 kept rollouts per group (the std of one reward is "
+                         f"undefined), got kept {tuple(kept.shape)}; keep more or use normalize_over='all'")
+    kept = kept.to(torch.long)
+    out = ((kept < 0) | (kept >= n)).any(dim=1).nonzero().flatten()
+    if len(out):
+        raise ValueError(f"kept indices of group {out[0].item()} must lie in [0, {n}), got {kept[out[0]].tolist()}")
+    sorted_kept = kept.sort(dim=1).values
+    dup = (sorted_kept[:, 1:] == sorted_kept[:, :-1]).any(dim=1).nonzero().flatten()
+    if len(dup):
+        raise ValueError(f"kept indices of group {dup[0].item()} repeat a rollout: {kept[dup[0]].tolist()}")
+    return rewards, kept
 
 
 # --- loss aggregation ----------------------------------------------------------------------------

@@ -15,7 +15,13 @@ precedence is implemented):
 2. the hardware profile's `train` (`config/hardware/<hardware>.yaml`),
 3. the study's `train`,
 4. the benchmark's `train` (`benchmarks.<label>.train`),
-5. the run's identity: benchmark (its `task`), hardware, n, m, rule, seed, base_model, run_dir.
+5. the hub folders: every hub id in `task_options` (data `source` / `test_source`, a hub task's
+   default data, `filter_tokenizer`) replaced by the folder the `fetch_hub` rule writes,
+6. the run's identity: benchmark (its `task`), hardware, n, m, rule, seed, base_model (a hub id:
+   its fetched folder), run_dir.
+
+Train jobs therefore never download: each hub id is fetched once, at the revision `hub_revisions`
+pins, into `{models_dir}/hub/` (pods/hub.py), and the jobs wait for it.
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ from typing import Any, Callable
 import jsonschema
 import yaml
 
+from pods import hub
 from pods.config import Method, TrainConfig, parse_method, parse_value, read_config_file, resolve_train_config
 from pods.runs import run_path
 
@@ -238,16 +245,64 @@ class Study:
         return f"{self.warmstart_dir(label)}/warmstart.json"
 
     def base_model_dir(self, label: str) -> str:
-        return self.warmstart_dir(label) if self.uses_warmstart(label) else self.benchmark(label)["base_model"]
+        if self.uses_warmstart(label):
+            return self.warmstart_dir(label)
+        base = self.benchmark(label)["base_model"]
+        return self.hub_folder("model", base) if hub.is_hub_id(base) else base
+
+    # ---- the hub: fetched once per id, before any train job
+    def hub_folder(self, repo_type: str, hub_id: str) -> str:
+        return f"{self.models}/hub/{hub.local_name(hub_id, repo_type)}"
+
+    def hub_marker(self, repo_type: str, hub_id: str) -> str:
+        """Written last by `pods fetch --out`: its existence means the folder is complete."""
+        return f"{self.hub_folder(repo_type, hub_id)}/{hub.ORIGIN}"
+
+    def hub_revision(self, hub_id: str) -> str | None:
+        return self.config.get("hub_revisions", {}).get(hub_id)
+
+    def hub_fetch_command(self, repo_type: str, hub_id: str) -> str:
+        argv = ["pods", "fetch", hub_id, "--repo-type", repo_type, "--out", self.hub_folder(repo_type, hub_id)]
+        revision = self.hub_revision(hub_id)
+        return shlex.join(argv + (["--revision", revision] if revision else []))
+
+    def _task_options(self, layers: Sequence[tuple[str, Mapping[str, Any]]]) -> dict:
+        options: dict = {}
+        for _, layer in layers:
+            options = dict(layer.get("task_options", options))
+        return options
+
+    def hub_needs(self, run: Run) -> list[tuple[str, str]]:
+        """(repo type, hub id) of everything the run reads from the hub."""
+        from pods.tasks import task_class
+
+        label = run.benchmark
+        options = self._task_options(self._config_layers(run))
+        needs = []
+        if not self.uses_warmstart(label) and hub.is_hub_id(self.benchmark(label)["base_model"]):
+            needs.append(("model", self.benchmark(label)["base_model"]))
+        if hub.is_hub_id(options.get("filter_tokenizer")):
+            needs.append(("model", options["filter_tokenizer"]))
+        try:
+            datasets = task_class(self.benchmark(label).get("task", label)).hub_datasets(options)
+        except ValueError as exc:
+            raise StudyError(f"benchmarks.{label}.task: {exc}") from None
+        needs += [("dataset", hub_id) for hub_id in datasets.values()]
+        return list(dict.fromkeys(needs))
+
+    def hub_fetches(self) -> list[tuple[str, str]]:
+        return list(dict.fromkeys(need for run in self.runs for need in self.hub_needs(run)))
 
     def base_model_marker(self, label: str) -> str | None:
         """The file whose existence means the benchmark's base model is ready when the workflow
         builds it: a warm start, or any folder under models_dir that another rule writes (e.g. the
-        SmolLM2 conversion). None for a model the trainer loads by itself (a hub id, or a folder
-        outside models_dir)."""
+        SmolLM2 conversion), or a hub id's fetched folder (`hub.json`). None for a folder outside
+        models_dir, which the trainer reads as it is."""
         if self.uses_warmstart(label):
             return self.warmstart_marker(label)
         path = self.benchmark(label)["base_model"].rstrip("/")
+        if hub.is_hub_id(path):
+            return self.hub_marker("model", path)
         return f"{path}/config.json" if path.startswith(self.models + "/") else None
 
     # ---- hardware
@@ -341,22 +396,34 @@ class Study:
         except ValueError as exc:
             raise StudyError(f"trainer_config: {exc}") from None
 
+    def _config_layers(self, run: Run) -> list[tuple[str, Mapping[str, Any]]]:
+        return [
+            (str(self.trainer_config), self._trainer_defaults),
+            (f"{self.profile(run.hardware).path} train", self.profile(run.hardware).train),
+            ("the study's train", self.config.get("train", {})),
+            (f"benchmarks.{run.benchmark}.train", self.benchmark(run.benchmark).get("train", {})),
+        ]
+
     def train_layers(self, run: Run) -> list[tuple[str, Mapping[str, Any]]]:
         """The layers of the module docstring, each with where it comes from."""
         method: Method = parse_method(run.method)
         bench = self.benchmark(run.benchmark)
+        layers = self._config_layers(run)
+        options = self._task_options(layers)
+        fetched = {hub_id: self.hub_folder(kind, hub_id) for kind, hub_id in self.hub_needs(run)}
+        local = {key: fetched.get(value, value) if isinstance(value, str) else value for key, value in options.items()}
+        from pods.tasks import task_class
+
+        for key, hub_id in task_class(bench.get("task", run.benchmark)).hub_datasets(options).items():
+            local[key] = fetched[hub_id]  # a hub task's default data, now named
+        if local != options:
+            layers.append((f"the hub folders under {self.models}/hub", {"task_options": local}))
         identity = dict(
             benchmark=bench.get("task", run.benchmark), hardware=run.hardware, n=method.n, m=method.m,
             rule=method.rule, seed=int(run.seed), base_model=self.base_model_dir(run.benchmark),
             run_dir=self.run_dir(run),
         )
-        return [
-            (str(self.trainer_config), self._trainer_defaults),
-            (f"{self.profile(run.hardware).path} train", self.profile(run.hardware).train),
-            ("the study's train", self.config.get("train", {})),
-            (f"benchmarks.{run.benchmark}.train", bench.get("train", {})),
-            (f"the identity of run {self.run_dir(run)}", identity),
-        ]
+        return [*layers, (f"the identity of run {self.run_dir(run)}", identity)]
 
     def train_overrides(self, run: Run) -> dict[str, Any]:
         """Every key the run's trainer gets on the command line, on top of the defaults file."""

@@ -227,6 +227,7 @@ def provenance(cfg: TrainConfig) -> dict:
     import transformers
 
     import pods
+    from pods.hub import hub_origin
 
     base = cfg.model_path()
     digest = hashlib.sha256()
@@ -237,6 +238,7 @@ def provenance(cfg: TrainConfig) -> dict:
     warm = base / "warmstart.json"
     return {"base_model": str(base), "base_model_sha256": digest.hexdigest(),
             "warmstart": json.loads(warm.read_text()) if warm.is_file() else None,
+            "hub": hub_origin(base),  # hub id and commit of a fetched (or hub-cache) model
             "pods": pods.__version__, "torch": torch.__version__, "transformers": transformers.__version__,
             "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
@@ -297,8 +299,12 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True, restart: bool = False,
             print(f"{run_dir}: finished already ({finished.get('steps')} steps, "
                   f"{finished.get('train_time_s') or 0:.1f} s of training); nothing to do", flush=True)
         return finished if lead else {}
-    if not (cfg.model_path() / "config.json").is_file():
-        raise FileNotFoundError(f"base_model: no model folder at {cfg.model_path()}; run `pods warmstart` first")
+    try:
+        base = cfg.model_path()
+    except FileNotFoundError as exc:  # a hub id the offline cache lacks
+        raise FileNotFoundError(f"base_model: {exc}") from None
+    if not (base / "config.json").is_file():
+        raise FileNotFoundError(f"base_model: no model folder at {base}; run `pods warmstart` first")
     lock = RunLock(run_dir)
     if lead:
         lock.acquire()

@@ -35,6 +35,32 @@ def test_pods_with_m_equal_n_is_plain_grpo():
         assert torch.allclose(kept_advantages(rewards, kept), group_advantages(rewards))
 
 
+def test_kept_advantages_take_the_usual_rewards_and_refuse_bad_input_naming_the_users_shapes():
+    import numpy as np
+
+    r = np.array([[0, 1, 1, 0, 1, 0, 0, 0]])  # 0/1 rewards as integers: the README's snippet
+    expected = kept_advantages(r.astype(np.float32), select(r, 4))
+    assert np.allclose(kept_advantages(r, select(r, 4)), expected)
+    assert np.allclose(kept_advantages(r.astype(bool), select(r, 4)), expected)
+    assert kept_advantages(torch.tensor(r), torch.tensor(select(r, 4))).dtype == torch.get_default_dtype()
+    with pytest.raises(ValueError, match=r"rewards of group 1 contain NaN or inf"):
+        kept_advantages(np.array([[0.0, 1.0], [np.nan, 1.0]]), np.array([[0, 1], [0, 1]]))
+    two = np.array([[0.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    with pytest.raises(ValueError, match=r"normalize_over='kept' needs m >= 2 .*got kept \(2, 1\)"):
+        kept_advantages(two, np.array([[0], [1]]))
+    assert kept_advantages(two, np.array([[0], [1]]), normalize_over="all").shape == (2, 1)
+    with pytest.raises(ValueError, match=r"kept must hold integer indices into each group's n = 3 rollouts, got dtype"):
+        kept_advantages(two, np.array([[0.0, 1.0], [0.0, 1.0]]))
+    with pytest.raises(ValueError, match=r"kept indices of group 1 repeat a rollout: \[2, 2\]"):
+        kept_advantages(two, np.array([[0, 1], [2, 2]]))
+    with pytest.raises(ValueError, match=r"kept indices of group 0 must lie in \[0, 3\), got \[0, 3\]"):
+        kept_advantages(two, np.array([[0, 3], [0, 1]]))
+    with pytest.raises(ValueError, match=r"kept must have shape \[groups, m\] = \[2, m\] .*rewards \(2, 3\)\), got \(1, 2\)"):
+        kept_advantages(two, np.array([[0, 1]]))
+    with pytest.raises(ValueError, match=r"rewards must have shape \[groups, n\] with n >= 2, got \(4,\)"):
+        kept_advantages(np.zeros(4), np.array([[0, 1]]))
+
+
 def toy_bandit(aggregation: str, steps: int = 60) -> torch.Tensor:
     """A 3-armed bandit policy trained with group-normalised advantages; arm 2 pays 1, others 0."""
     logits = torch.zeros(3, requires_grad=True)

@@ -170,3 +170,48 @@ def test_hub_id_offline_gives_one_clear_error(monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     with pytest.raises(ValueError, match="local copy"):
         load_split("no-such-org/no-such-dataset", None, "test")
+
+
+def test_a_single_file_needs_its_test_split_named_and_splits_never_overlap(data, tmp_path):
+    train = data / "gsm8k/main/train-00000-of-00001.parquet"
+    test = data / "gsm8k/main/test-00000-of-00001.parquet"
+    with pytest.raises(ValueError, match=r"task 'gsm8k': source .*train-00000-of-00001.parquet is one file, but the "
+                                         r"task reads a train and a test split; give the test split's file as test_source"):
+        GSM8K(source=str(train))
+    task = GSM8K(source=str(train), test_source=str(test))
+    assert len(task.train_problems(0)) == 3 and [p.answer for p in task.test_problems()] == ["18"]
+    with pytest.raises(ValueError, match=r"task 'gsm8k': 3 training problem\(s\) are also test questions .*must not overlap"):
+        GSM8K(source=str(train), test_source=str(train)).train_problems(0)
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    pd.DataFrame(GSM8K_TRAIN).to_json(flat / "gsm8k.jsonl", orient="records", lines=True)
+    with pytest.raises(ValueError, match=r"no train\*.parquet/.jsonl/.json/.csv file for split 'train'"):
+        GSM8K(source=str(flat)).train_problems(0)
+    assert get_task("gsm8k", source=str(train), test_source=str(test)).test_problems()[0].answer == "18"
+
+
+@pytest.mark.parametrize("layout", ["file", "flat_folder", "subset_folders"])
+def test_a_math_subset_is_read_once_whatever_the_layout(data, tmp_path, layout):
+    rows = pd.concat([pd.read_parquet(f) for f in sorted((data / "math").rglob("*.parquet"))])
+    if layout == "file":
+        source = tmp_path / "math_train.jsonl"
+        rows.to_json(source, orient="records", lines=True)
+    elif layout == "flat_folder":
+        source = tmp_path / "math"
+        source.mkdir()
+        rows.to_parquet(source / "train-00000-of-00001.parquet")
+    else:
+        source = data / "math"
+    train = MathTrain(source=str(source), test_source=str(data / "math500")).train_problems(0)
+    assert len(train) == len(rows) == 2 * len(MATH_SUBSETS)
+    assert len({p.question for p in train}) == len(train)
+
+
+def test_hub_tasks_name_the_datasets_a_workflow_fetches():
+    from pods.tasks import task_class
+
+    assert task_class("gsm8k_llama").hub_datasets({}) == {"source": "openai/gsm8k"}
+    assert task_class("math").hub_datasets({}) == {"source": "EleutherAI/hendrycks_math",
+                                                   "test_source": "HuggingFaceH4/MATH-500"}
+    assert task_class("math").hub_datasets({"source": "/data/math"}) == {"test_source": "HuggingFaceH4/MATH-500"}
+    assert task_class("arith").hub_datasets({}) == {}

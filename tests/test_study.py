@@ -142,9 +142,11 @@ def test_warm_start_and_base_model_paths(tmp_path):
         "out_dir=models/smoke/arith/base")
     hub = study(benchmarks={"arith": {"base_model": "Qwen/Qwen2.5-0.5B"},
                             "arith_hard": {"base_model": "models/converted/base"}})
-    assert hub.base_model_marker("arith") is None  # the trainer loads it by itself
+    # a hub id is fetched once (rule fetch_hub) and read from its folder
+    assert hub.base_model_marker("arith") == "models/hub/models/Qwen/Qwen2.5-0.5B/hub.json"
     assert hub.base_model_marker("arith_hard") == "models/converted/base/config.json"  # a rule writes it
-    assert hub.train_configs[Run("arith", "cpu", "grpo-n16-m16", 0)].base_model == "Qwen/Qwen2.5-0.5B"
+    assert hub.train_configs[Run("arith", "cpu", "grpo-n16-m16", 0)].base_model == "models/hub/models/Qwen/Qwen2.5-0.5B"
+    assert hub.hub_fetches() == [("model", "Qwen/Qwen2.5-0.5B")]
 
 
 # ---------------------------------------------------------------------------------------------

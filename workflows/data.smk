@@ -1,7 +1,8 @@
 # Base models: the embedded benchmarks start from a supervised warm start, built once per
 # benchmark and shared by every run of it (all methods, seeds and designs start from the same
-# weights, as the paper's arms all start from the same instruct model). Benchmarks whose
-# base_model is a model folder or hub id need no rule here.
+# weights, as the paper's arms all start from the same instruct model). A base model, tokenizer
+# or dataset given as a hub id is fetched once (fetch_hub) and every train job reads that folder;
+# a benchmark whose base_model is a local folder needs no rule here.
 
 
 # The code a warm start depends on: a change to any of it (or to the recipe in params) builds the
@@ -27,5 +28,25 @@ rule warmstart:
         runtime=30,
     log:
         f"{LOGS}/warmstart/{{benchmark}}.log",
+    shell:
+        "{params.cmd} > {log} 2>&1"
+
+
+# One job per hub id the study's runs read (pods.study.Study.hub_needs), at the revision
+# hub_revisions pins; the folder's hub.json (written last) records the commit fetched. It runs on
+# the machine Snakemake runs on (`localrule`): cluster login nodes reach the hub, compute nodes
+# often do not, and train jobs never download.
+rule fetch_hub:
+    output:
+        marker=f"{STUDY.models}/hub/{{repo_type}}s/{{hub_id}}/hub.json",
+    wildcard_constraints:
+        repo_type="model|dataset",
+        hub_id=r"[A-Za-z0-9][\w.-]*/[\w.-]+",
+    params:
+        cmd=lambda wc: STUDY.hub_fetch_command(wc.repo_type, wc.hub_id),
+    localrule: True
+    retries: 2  # a dropped connection; the cache keeps what arrived
+    log:
+        f"{LOGS}/fetch/{{repo_type}}/{{hub_id}}.log",
     shell:
         "{params.cmd} > {log} 2>&1"

@@ -27,6 +27,8 @@ def train_inputs(wc):
     marker = STUDY.base_model_marker(wc.benchmark)
     if marker:
         inputs["base_model"] = ancient(marker)
+    for i, (kind, hub_id) in enumerate(STUDY.hub_needs(run_from(wc))):
+        inputs[f"hub_{i}"] = ancient(STUDY.hub_marker(kind, hub_id))
     return inputs
 
 

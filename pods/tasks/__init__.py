@@ -30,6 +30,14 @@ TASKS: dict[str, Callable[..., Task]] = {
 }
 
 
+def task_class(name: str) -> type[Task]:
+    """The class behind a registry name (its factory may be a `partial` with preset options)."""
+    if name not in TASKS:
+        raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(sorted(TASKS))}")
+    factory = TASKS[name]
+    return factory.func if isinstance(factory, partial) else factory
+
+
 def get_task(name: str, **options) -> Task:
     """Build the benchmark `name`; `options` override the factory's defaults (e.g. test_size)."""
     if name not in TASKS:
@@ -37,4 +45,4 @@ def get_task(name: str, **options) -> Task:
     return TASKS[name](**options)
 
 
-__all__ = ["TASKS", "Problem", "Task", "get_task"]
+__all__ = ["TASKS", "Problem", "Task", "get_task", "task_class"]

@@ -49,6 +49,12 @@ class Task(ABC):
     def is_correct(self, completion: str, problem: Problem) -> bool:
         """Whether the completion's final answer is right: the accuracy metric of every curve."""
 
+    @classmethod
+    def hub_datasets(cls, options: dict) -> dict[str, str]:
+        """Option name -> the hub dataset id that option reads, for the task built with `options`
+        (what a workflow fetches once before training); {} for a task that builds its own data."""
+        return {}
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
 

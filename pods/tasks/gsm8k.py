@@ -23,5 +23,5 @@ class GSM8K(HubMathTask):
         super().__init__(*args, reward=reward, **kwargs)
 
     def _rows(self, split: str) -> Iterable[Problem]:
-        for i, row in enumerate(load_split(self.source, self.config, split)):
+        for i, row in enumerate(load_split(self.split_source(split), self.config, split)):
             yield Problem(row["question"], gsm8k_gold(row["answer"]), {"source": f"{split}/{i}"})

@@ -71,7 +71,9 @@ def _load_tokenizer(tokenizer):
         return tokenizer
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(tokenizer))
+    from pods import hub
+
+    return AutoTokenizer.from_pretrained(hub.resolve(str(tokenizer)) if hub.is_hub_id(tokenizer) else str(tokenizer))
 
 
 def chat_prompt(question: str, tokenizer, system_prompt: str | None = SYSTEM_PROMPT) -> str:
@@ -95,6 +97,8 @@ class HubMathTask(Task):
 
     Args:
         source: hub id (default: the paper's) or a local path, see the module docstring.
+        test_source: where the test split comes from when not from `source` (required when
+            `source` is a single file and the task has a train and a test split).
         reward: training reward, a `rewards.REWARDS` name (`gsm8k`, `binary`, `llama`, `open_r1`).
         metric: accuracy metric, a `rewards.METRICS` name (`ans_acc`; `both_acc` for the Llama runs;
             `latex_accuracy` for the 8-GPU runs).
@@ -119,8 +123,14 @@ class HubMathTask(Task):
         max_prompt_tokens: int = 512,
         test_size: int | None = None,
         system_prompt: str | None = SYSTEM_PROMPT,
+        test_source: str | None = None,
     ):
         self.source = source or self.default_source
+        self.test_source = test_source
+        if self.train_split and self.test_split and test_source is None and Path(self.source).expanduser().is_file():
+            raise ValueError(f"task {self.name!r}: source {self.source} is one file, but the task reads a "
+                             f"{self.train_split} and a {self.test_split} split; give the {self.test_split} "
+                             f"split's file as test_source (or a folder of {self.train_split}*/{self.test_split}* files)")
         self.reward_name, self.metric_name = reward, metric
         self._reward, self._metric = get_reward(reward), get_metric(metric)  # fail early on a typo
         if max_prompt_tokens < 1:
@@ -132,6 +142,16 @@ class HubMathTask(Task):
         self.test_size = test_size
         self.system_prompt = system_prompt
         self._cache: dict[str, list[Problem]] = {}
+
+    @classmethod
+    def hub_datasets(cls, options: dict) -> dict[str, str]:
+        from pods.hub import is_hub_id
+
+        sources = {"source": options.get("source") or cls.default_source, "test_source": options.get("test_source")}
+        return {key: value for key, value in sources.items() if is_hub_id(value)}
+
+    def split_source(self, split: str) -> str:
+        return self.test_source if split == self.test_split and self.test_source else self.source
 
     # ----------------------------------------------------------------------------------- splits
     def _rows(self, split: str) -> Iterable[Problem]:
@@ -156,6 +176,14 @@ class HubMathTask(Task):
 
     def train_problems(self, seed: int) -> list[Problem]:
         problems = list(self._problems(self.train_split))
+        if self.test_split:  # the question-level check the embedded tasks make by construction
+            test = {p.question for p in self._problems(self.test_split)}
+            overlap = [p for p in problems if p.question in test]
+            if overlap:
+                raise ValueError(
+                    f"task {self.name!r}: {len(overlap)} training problem(s) are also test questions "
+                    f"({self.split_source(self.train_split)} / {self.split_source(self.test_split)}), e.g. "
+                    f"{overlap[0].question[:60]!r}; the train and test splits must not overlap")
         random.Random(seed).shuffle(problems)
         return problems
 
@@ -185,18 +213,31 @@ class MathTrain(HubMathTask):
     default_source = "EleutherAI/hendrycks_math"
 
     def __init__(self, *args, test_source: str | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.test_source = test_source or Math500.default_source
+        super().__init__(*args, test_source=test_source or Math500.default_source, **kwargs)
+
+    @classmethod
+    def hub_datasets(cls, options: dict) -> dict[str, str]:
+        return super().hub_datasets({**options, "test_source": options.get("test_source") or Math500.default_source})
+
+    def _subsets(self) -> list[str | None]:
+        """The hub repository and a snapshot of it keep one folder (config) per subject; a single
+        file, a flat folder or a `save_to_disk` folder holds them all and is read once."""
+        path = Path(self.source).expanduser()
+        if not path.exists():
+            return list(MATH_SUBSETS)
+        present = [s for s in MATH_SUBSETS if (path / s).is_dir()]
+        return present if path.is_dir() and present else [None]
 
     def _rows(self, split: str) -> Iterable[Problem]:
         if split == "test":
             yield from Math500._math500_rows(self.test_source)
             return
-        for subset in MATH_SUBSETS:
+        for subset in self._subsets():
             for i, row in enumerate(load_split(self.source, subset, split)):
                 yield Problem(
                     row["problem"], last_boxed(row["solution"]) or "",
-                    {"source": f"{subset}/{split}/{i}", "level": row.get("level"), "type": row.get("type")},
+                    {"source": f"{subset or row.get('type', '')}/{split}/{i}", "level": row.get("level"),
+                     "type": row.get("type")},
                 )
 
 

@@ -1,0 +1,83 @@
+"""Hub ids: fetched once into a folder that records its commit, resolved offline from the cache,
+refused in one line when the cache lacks them; a study turns every hub id into a fetch job."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+import hub_cache
+from pods import hub
+from pods.cli import main as pods_main
+from pods.study import Study, load_study_config
+
+QWEN = "Qwen/Qwen2.5-3B-Instruct"
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    root = tmp_path / "cache"
+    hub_cache.tiny_model(hub_cache._repo(root, QWEN, "model", None), "qwen2")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(root))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    hub.resolve.cache_clear()
+    yield root
+    hub.resolve.cache_clear()
+
+
+def test_fetch_lays_out_the_snapshot_and_records_the_commit(cache, tmp_path, capsys):
+    out = tmp_path / "models/hub/models" / QWEN
+    assert pods_main(["fetch", QWEN, "--out", str(out)]) == 0
+    commit = hub_cache._commit(QWEN)
+    assert json.loads((out / "hub.json").read_text()) == {"hub_id": QWEN, "repo_type": "model", "revision": "main",
+                                                          "commit": commit}
+    assert (out / "config.json").is_symlink() and (out / "model.safetensors").resolve().is_file()
+    assert hub.hub_origin(out)["commit"] == commit == hub.hub_origin(hub.resolve(QWEN))["commit"]
+    assert f"{QWEN} at {commit}" in capsys.readouterr().out
+
+
+def test_an_id_the_offline_cache_lacks_is_refused_in_one_line_naming_the_fetch(cache, tmp_path, capsys):
+    assert pods_main(["fetch", "meta-llama/Llama-3.2-3B-Instruct", "--revision", "abc"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("pods fetch: error: model meta-llama/Llama-3.2-3B-Instruct@abc is not in the local hub cache and "
+                   "the hub is offline (HF_HUB_OFFLINE=1); fetch it where the hub is reachable: pods fetch "
+                   "meta-llama/Llama-3.2-3B-Instruct --revision abc")
+    assert pods_main(["train", "benchmark=gsm8k", "base_model=Qwen/Qwen2.5-7B-Instruct", "max_steps=1",
+                      f"run_dir={tmp_path / 'run'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "base_model: model Qwen/Qwen2.5-7B-Instruct is not in the local hub cache" in err
+    assert "pods fetch Qwen/Qwen2.5-7B-Instruct" in err and not (tmp_path / "run").exists()
+
+
+def test_a_hub_id_base_model_resolves_through_the_cache(cache):
+    from pods.config import TrainConfig
+
+    cfg = TrainConfig(benchmark="gsm8k", base_model=QWEN)
+    assert cfg.model_path() == cache / f"models--{QWEN.replace('/', '--')}/snapshots/{hub_cache._commit(QWEN)}"
+    assert hub.is_hub_id(QWEN) and not hub.is_hub_id("models/arith/base") and not hub.is_hub_id("./a/b")
+    assert not hub.is_hub_id("/abs/path") and not hub.is_hub_id(None)
+
+
+def test_the_paper_study_fetches_each_hub_id_once_and_its_runs_read_the_folders(tmp_path):
+    config = load_study_config("config/config.yaml", "config/paper.yaml",
+                               overrides={"models_dir": str(tmp_path / "models")})
+    study = Study(config)
+    fetches = study.hub_fetches()
+    assert sorted(fetches) == sorted([
+        ("model", "Qwen/Qwen2.5-3B-Instruct"), ("model", "meta-llama/Llama-3.2-3B-Instruct"),
+        ("model", "Qwen/Qwen2.5-7B-Instruct"), ("dataset", "openai/gsm8k"),
+        ("dataset", "EleutherAI/hendrycks_math"), ("dataset", "HuggingFaceH4/MATH-500")])
+    pins = yaml.safe_load(open("config/paper.yaml"))["hub_revisions"]
+    assert study.hub_fetch_command("model", QWEN).endswith(f"--revision {pins[QWEN]}")
+    math = next(run for run in study.runs if run.benchmark == "math")
+    cfg = study.train_configs[math]
+    assert cfg.base_model == study.hub_folder("model", QWEN)
+    assert cfg.task_options == {"filter_tokenizer": study.hub_folder("model", QWEN), "max_prompt_tokens": 512,
+                                "source": study.hub_folder("dataset", "EleutherAI/hendrycks_math"),
+                                "test_source": study.hub_folder("dataset", "HuggingFaceH4/MATH-500")}
+    assert study.base_model_marker("math") == study.hub_marker("model", QWEN)
+    assert not any(hub.is_hub_id(v) for run in study.runs for v in study.train_overrides(run).values()
+                   if isinstance(v, str))
