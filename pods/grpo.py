@@ -15,6 +15,8 @@ from typing import Callable
 import numpy as np
 import torch
 
+from pods.registry import Registry
+
 ADVANTAGE_EPS = 1e-4  # the authors' (and TRL's) epsilon in (r - mean) / (std + eps)
 
 
@@ -91,15 +93,8 @@ def _checked(rewards: torch.Tensor, kept: torch.Tensor, normalize_over: str) -> 
 
 # --- loss aggregation ----------------------------------------------------------------------------
 Aggregation = Callable[..., torch.Tensor]
-LOSS_AGGREGATIONS: dict[str, Aggregation] = {}
-
-
-def register_aggregation(name: str) -> Callable[[Aggregation], Aggregation]:
-    def decorator(fn: Aggregation) -> Aggregation:
-        LOSS_AGGREGATIONS[name] = fn
-        return fn
-
-    return decorator
+LOSS_AGGREGATIONS: Registry[Aggregation] = Registry("loss aggregation")
+register_aggregation = LOSS_AGGREGATIONS.register
 
 
 @register_aggregation("grpo")

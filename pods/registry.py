@@ -10,9 +10,11 @@ class Registry(Generic[T]):
     """A name -> object table that refuses a second entry under a name and lists the names it
     has when asked for one it lacks. `kind` names the entries in errors ("selection rule")."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, entries: dict[str, T] | None = None):
         self.kind = kind
         self._entries: dict[str, T] = {}
+        for name, obj in (entries or {}).items():
+            self.add(name, obj)
 
     def add(self, name: str, obj: T) -> T:
         if name in self._entries:
@@ -30,6 +32,14 @@ class Registry(Generic[T]):
         except KeyError:
             raise ValueError(f"unknown {self.kind} {name!r}; choose from {', '.join(sorted(self._entries))}") from None
 
+    __setitem__ = add  # `REGISTRY[name] = obj` refuses a taken name too
+
+    def __delitem__(self, name: str) -> None:
+        del self._entries[name]
+
+    def get(self, name: str, default=None):
+        return self._entries.get(name, default)
+
     def __contains__(self, name: object) -> bool:
         return name in self._entries
 
@@ -44,3 +54,6 @@ class Registry(Generic[T]):
 
     def items(self):
         return self._entries.items()
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}: {', '.join(self._entries)})"

@@ -15,16 +15,11 @@ from typing import Callable
 import numpy as np
 import torch
 
+from pods.registry import Registry
+
 SelectionRule = Callable[[torch.Tensor, int, "torch.Generator | None"], torch.Tensor]
-SELECTION_RULES: dict[str, SelectionRule] = {}
-
-
-def register_rule(name: str) -> Callable[[SelectionRule], SelectionRule]:
-    def decorator(fn: SelectionRule) -> SelectionRule:
-        SELECTION_RULES[name] = fn
-        return fn
-
-    return decorator
+SELECTION_RULES: Registry[SelectionRule] = Registry("selection rule")
+register_rule = SELECTION_RULES.register
 
 
 def _keep_top_and_bottom(values: torch.Tensor, ascending: torch.Tensor, k: torch.Tensor, m: int) -> torch.Tensor:
@@ -118,8 +113,7 @@ def select(rewards, m: int, rule: str = "max_variance", generator: torch.Generat
     `rewards` is `[G, n]` (numpy array or torch tensor, any real dtype); the result has the same
     kind (numpy int64 or torch long). Raises ValueError naming the problem for bad input.
     """
-    if rule not in SELECTION_RULES:
-        raise ValueError(f"unknown selection rule {rule!r}; known rules: {', '.join(sorted(SELECTION_RULES))}")
+    SELECTION_RULES[rule]  # an unknown name: ValueError listing the rules
     as_numpy = isinstance(rewards, np.ndarray)
     r = torch.as_tensor(rewards).detach().to(device="cpu", dtype=torch.float64)
     if r.dim() != 2:

@@ -38,6 +38,7 @@ import yaml
 
 from pods import hub
 from pods.config import Method, TrainConfig, parse_method, parse_value, read_config_file, resolve_train_config
+from pods.registry import Registry
 from pods.runs import run_path
 
 SCHEMA = Path(__file__).resolve().parents[1] / "config" / "schema.yaml"
@@ -106,7 +107,7 @@ def load_study_config(*paths: str | Path, overrides: Mapping | None = None, sche
 # profile -> the command that runs `pods <command>` on every process of a run. launcher_prefix and
 # launcher_args go in verbatim (not quoted) so that they can use the job's environment
 # ($SLURM_JOB_NODELIST, $MASTER_ADDR, ...) for a multi-node rendezvous.
-LAUNCHERS: dict[str, Callable[["HardwareProfile"], str]] = {
+LAUNCHERS: Registry[Callable[["HardwareProfile"], str]] = Registry("launcher", {
     "none": lambda p: "pods",
     "accelerate": lambda p: (
         f"accelerate launch --num_processes {p.num_processes * p.nodes} --num_machines {p.nodes} "
@@ -116,7 +117,7 @@ LAUNCHERS: dict[str, Callable[["HardwareProfile"], str]] = {
     "deepspeed": lambda p: (
         f"deepspeed --num_nodes {p.nodes} --num_gpus {p.num_processes} {p.launcher_args} --module pods.cli"
     ),
-}
+})
 
 
 @dataclass(frozen=True)

@@ -5,19 +5,17 @@ from __future__ import annotations
 import importlib
 
 from pods.batches import Rollouts
+from pods.registry import Registry
 from pods.rollout.base import RolloutEngine, encode_prompts
 
-ROLLOUT_ENGINES: dict[str, str] = {
-    "hf": "pods.rollout.hf:HFRolloutEngine",  # CPU/GPU, KV cache, each prompt prefilled once
-    "vllm": "pods.rollout.vllm:VLLMRolloutEngine",  # CUDA, colocated vLLM, weights/LoRA pushed after each update
-    "vllm": "pods.rollout.vllm:VLLMRolloutEngine",  # CUDA, in-process vLLM colocated with training
-}
+ROLLOUT_ENGINES: Registry[str] = Registry("rollout_engine")
+ROLLOUT_ENGINES.add("hf", "pods.rollout.hf:HFRolloutEngine")  # CPU/GPU, KV cache, each prompt prefilled once
+# CUDA, in-process vLLM colocated with training; weights (or the LoRA adapter) pushed after each update
+ROLLOUT_ENGINES.add("vllm", "pods.rollout.vllm:VLLMRolloutEngine")
 
 
 def make_rollout_engine(name: str, *, model, tokenizer, config) -> RolloutEngine:
     """Build the engine `name` sampling from `model` (a TrainConfig supplies its options)."""
-    if name not in ROLLOUT_ENGINES:
-        raise ValueError(f"unknown rollout_engine {name!r}; known: {', '.join(sorted(ROLLOUT_ENGINES))}")
     module, _, cls = ROLLOUT_ENGINES[name].partition(":")
     return getattr(importlib.import_module(module), cls)(model=model, tokenizer=tokenizer, config=config)
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 from functools import partial
 from typing import Callable
 
+from pods.registry import Registry
 from pods.tasks.arith import ChainArithmetic
 from pods.tasks.base import Problem, Task
 from pods.tasks.gsm8k import GSM8K
 from pods.tasks.gym import GymTask
 from pods.tasks.math import AMC23, Math500, MathTrain
 
-TASKS: dict[str, Callable[..., Task]] = {
+TASKS: Registry[Callable[..., Task]] = Registry("benchmark", {
     "arith": partial(ChainArithmetic, name="arith", min_terms=3, max_terms=4, format_bonus=0.1),
     "arith_hard": partial(ChainArithmetic, name="arith_hard", min_terms=5, max_terms=6, format_bonus=0.0),
     "gsm8k": GSM8K,
@@ -27,21 +28,17 @@ TASKS: dict[str, Callable[..., Task]] = {
     "math500": Math500,
     "amc23": AMC23,
     "gym_chain_sum": partial(GymTask, name="gym_chain_sum", dataset="chain_sum", dataset_options=dict(min_terms=2, max_terms=2, min_digits=1, max_digits=1), test_size=60, train_size=120),
-}
+})
 
 
 def task_class(name: str) -> type[Task]:
     """The class behind a registry name (its factory may be a `partial` with preset options)."""
-    if name not in TASKS:
-        raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(sorted(TASKS))}")
     factory = TASKS[name]
     return factory.func if isinstance(factory, partial) else factory
 
 
 def get_task(name: str, **options) -> Task:
     """Build the benchmark `name`; `options` override the factory's defaults (e.g. test_size)."""
-    if name not in TASKS:
-        raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(sorted(TASKS))}")
     return TASKS[name](**options)
 
 

@@ -24,6 +24,8 @@ from typing import Callable
 from latex2sympy2_extended import NormalizationConfig
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
+from pods.registry import Registry
+
 # The system turn of every instruct prompt in the paper, verbatim (leading newline included: the
 # authors' released evaluation prompts show it right after the chat template's system header).
 SYSTEM_PROMPT = (
@@ -191,12 +193,12 @@ def open_r1_reward(completion: str, gold: str) -> float:
     return latex_accuracy(completion, gold) + r1_format(completion) + r1_tag_count(completion)
 
 
-REWARDS: dict[str, Callable[[str, str], float]] = {
+REWARDS: Registry[Callable[[str, str], float]] = Registry("reward", {
     "gsm8k": gsm8k_reward,
     "binary": binary_reward,
     "llama": llama_reward,
     "open_r1": open_r1_reward,
-}
+})
 
 
 # Evaluation metrics, each in {0, 1} per completion (PAPER.md 2.1.8 and 2.2).
@@ -208,21 +210,17 @@ def both_acc(completion: str, gold: str) -> float:
     return float(strict_format(completion) and is_correct(completion, gold))
 
 
-METRICS: dict[str, Callable[[str, str], float]] = {
+METRICS: Registry[Callable[[str, str], float]] = Registry("metric", {
     "ans_acc": ans_acc,
     "for_acc": lambda completion, gold: float(strict_format(completion)),
     "both_acc": both_acc,
     "latex_accuracy": latex_accuracy,
-}
+})
 
 
 def get_reward(name: str) -> Callable[[str, str], float]:
-    if name not in REWARDS:
-        raise ValueError(f"reward {name!r} is not one of {sorted(REWARDS)}")
     return REWARDS[name]
 
 
 def get_metric(name: str) -> Callable[[str, str], float]:
-    if name not in METRICS:
-        raise ValueError(f"metric {name!r} is not one of {sorted(METRICS)}")
     return METRICS[name]
