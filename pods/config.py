@@ -357,14 +357,16 @@ def config_help() -> str:
     return "\n".join(lines)
 
 
-def _coerce(key: str, value: Any) -> Any:
-    """Check one value against the field's annotation (YAML already typed it); ints pass as floats."""
-    annotation = str(_FIELDS[key].type)
+def coerce_field(fields: Mapping[str, dataclasses.Field], key: str, value: Any, word: str = "config key") -> Any:
+    """One value checked against its dataclass field's annotation (YAML already typed it): ints pass
+    as floats, and `1e-3` (which YAML 1.1, PyYAML's dialect, reads as a string) as the float it is
+    in YAML 1.2. Shared by every config of the package (TrainConfig, WarmStartConfig)."""
+    annotation = str(fields[key].type)
     optional = "None" in annotation
     if value is None:
         if optional:
             return None
-        raise ValueError(f"config key {key!r} must not be null")
+        raise ValueError(f"{word} {key!r} must not be null")
     base = annotation.replace(" | None", "")
     if base == "bool":
         if isinstance(value, bool):
@@ -385,7 +387,7 @@ def _coerce(key: str, value: Any) -> Any:
                 pass
         if number is not None:
             if not math.isfinite(number):
-                raise ValueError(f"config key {key!r} must be a finite number, got {value!r}")
+                raise ValueError(f"{word} {key!r} must be a finite number, got {value!r}")
             return number
     elif base == "str":
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
@@ -393,14 +395,22 @@ def _coerce(key: str, value: Any) -> Any:
     elif base == "dict":
         if isinstance(value, dict):
             return value
-    raise ValueError(f"config key {key!r} must be {base}{' or null' if optional else ''}, got {value!r}")
+    raise ValueError(f"{word} {key!r} must be {base}{' or null' if optional else ''}, got {value!r}")
+
+
+def check_field_name(fields: Mapping[str, dataclasses.Field], key: str, where: str, word: str = "config key") -> None:
+    if key not in fields:
+        close = difflib.get_close_matches(key, fields, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown {word} {key!r} in {where}{hint}")
+
+
+def _coerce(key: str, value: Any) -> Any:
+    return coerce_field(_FIELDS, key, value)
 
 
 def _check_key(key: str, where: str) -> None:
-    if key not in _FIELDS:
-        close = difflib.get_close_matches(key, _FIELDS, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"unknown config key {key!r} in {where}{hint}")
+    check_field_name(_FIELDS, key, where)
 
 
 def parse_value(raw: str) -> Any:
@@ -410,15 +420,17 @@ def parse_value(raw: str) -> Any:
     return yaml.safe_load(raw) if raw.strip() else ""
 
 
-def parse_overrides(overrides: list[str]) -> dict[str, Any]:
-    """`["n=64", "eval_every_s=null"]` -> dict, values parsed as YAML scalars."""
+def parse_overrides(overrides: list[str], fields: Mapping[str, dataclasses.Field] | None = None,
+                    word: str = "config key") -> dict[str, Any]:
+    """`["n=64", "eval_every_s=null"]` -> dict, values parsed as YAML scalars, keys checked against
+    `fields` (default: TrainConfig's)."""
     parsed: dict[str, Any] = {}
     for item in overrides:
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or not key:
             raise ValueError(f"override {item!r} is not of the form key=value")
-        _check_key(key, "overrides")
+        check_field_name(fields or _FIELDS, key, "overrides", word)
         parsed[key] = parse_value(raw)
     return parsed
 

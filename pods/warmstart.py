@@ -13,7 +13,6 @@ at the RL temperature. Deterministic by seed on CPU.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import math
 import os
@@ -113,34 +112,26 @@ class WarmStartConfig:
 
 
 def load_config(path: str | None, overrides: list[str]) -> WarmStartConfig:
-    """YAML file (optional) then `key=value` overrides; unknown keys fail naming the closest one."""
+    """YAML file (optional) then `key=value` overrides, read and checked by the same code as the
+    trainer's (`pods.config`): unknown keys name the closest one, `1e-3` is a float."""
+    from pods.config import check_field_name, coerce_field, parse_overrides
+
+    fields = {f.name: f for f in dataclasses.fields(WarmStartConfig)}
     values: dict = {}
     if path is not None:
         if not Path(path).is_file():
             raise FileNotFoundError(f"config file {path} does not exist")
-        values.update(yaml.safe_load(Path(path).read_text()) or {})
-    for item in overrides:
-        if "=" not in item:
-            raise ValueError(f"override {item!r} is not key=value")
-        key, raw = item.split("=", 1)
-        values[key.strip()] = yaml.safe_load(raw)
-    fields = {f.name: f for f in dataclasses.fields(WarmStartConfig)}
-    for key, value in values.items():
-        if key not in fields:
-            close = difflib.get_close_matches(key, fields, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"unknown warmstart key {key!r}{hint}")
-        annotation = str(fields[key].type)  # "int", "str | None", ... (postponed annotations)
-        kind = {"int": int, "float": float, "str": str}[annotation.replace(" | None", "")]
-        if value is None and "None" in annotation:
-            continue
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            values[key] = float(value)
-        elif not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ValueError(f"{key}: expected {kind.__name__}, got {value!r}")
-    config = WarmStartConfig(**values)
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        for key in loaded:
+            check_field_name(fields, str(key), path, WORD)
+        values.update(loaded)
+    values.update(parse_overrides(list(overrides), fields, WORD))
+    config = WarmStartConfig(**{key: coerce_field(fields, key, value, WORD) for key, value in values.items()})
     config.validate()
     return config
+
+
+WORD = "warmstart key"
 
 
 # ------------------------------------------------------------------------------ data

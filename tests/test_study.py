@@ -187,8 +187,8 @@ def test_a_bad_key_or_value_names_its_layer(tmp_path):
         study(trainer_config=str(defaults))
     with pytest.raises(StudyError, match="trainer_config: no file nowhere.yaml"):
         study(trainer_config="nowhere.yaml")
-    with pytest.raises(StudyError, match=r"the warm start of benchmark 'arith' .*unknown warmstart key 'stepz' "
-                                         r"\(did you mean 'steps'\?\)"):
+    with pytest.raises(StudyError, match=r"the warm start of benchmark 'arith' .*unknown warmstart key 'stepz' in "
+                                         r"overrides \(did you mean 'steps'\?\)"):
         study(warmstart={"overrides": {"stepz": 5}})
     with pytest.raises(StudyError, match=r"the warm start of benchmark 'arith_hard' .*batch_size: must be >= 1"):
         study(benchmarks={"arith": {"base_model": "warmstart"},

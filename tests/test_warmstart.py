@@ -68,10 +68,18 @@ def test_config_file_and_overrides(tmp_path):
         assert (cfg.steps, cfg.lr_schedule) == (TUNED[name]["steps"], TUNED[name]["lr_schedule"])
 
 
+def test_numbers_are_read_as_the_trainer_reads_them():
+    # YAML 1.1 (PyYAML) reads `1e-3` as a string; both configs take it as the float it is
+    assert load_config(None, ["lr=1e-3"]).lr == 1e-3
+    from pods.config import load_train_config
+
+    assert load_train_config(None, ["lr=1e-3"]).lr == 1e-3
+
+
 @pytest.mark.parametrize("args, message", [
-    (["stepz=3"], "unknown warmstart key 'stepz' (did you mean 'steps'?)"),
+    (["stepz=3"], "unknown warmstart key 'stepz' in overrides (did you mean 'steps'?)"),
     (["benchmark=gsm9k"], "unknown 'gsm9k'"),
-    (["steps=ten"], "steps: expected int"),
+    (["steps=ten"], "warmstart key 'steps' must be int or null, got 'ten'"),
     (["error_rate=1.5"], "error_rate"),
     (["--config", "/nonexistent.yaml"], "does not exist"),
 ])
