@@ -314,6 +314,19 @@ class TrainConfig:
         choice("loss_agg", LOSS_AGGREGATIONS)
         choice("rollout_engine", ROLLOUT_ENGINES)
         choice("update_engine", UPDATE_ENGINES)
+        from pods.rollout import rollout_engine_class
+        from pods.update import update_engine_class
+
+        for engine in (rollout_engine_class(self.rollout_engine), update_engine_class(self.update_engine)):
+            if engine.Options is not None:  # the engine's own checks, now rather than after the model loads
+                engine.Options.from_config(self)
+        from pods.tasks import task_class
+
+        need(self.seed >= 0, "seed", "must be >= 0")
+        seeds = task_class(self.benchmark).seed_limit
+        need(seeds is None or self.seed < seeds, "seed",
+             f"task {self.benchmark!r} takes seeds in [0, {seeds}) (each seed's training split is generated "
+             f"from its own block of generator seeds, kept apart from the test split's)")
         choice("precision", PRECISIONS)
         choice("optimizer", ("adamw", "adamw_8bit"))
         need(self.optimizer == "adamw" or self.update_engine == "lora", "optimizer",

@@ -163,6 +163,20 @@ def test_a_trainer_key_typo_fails_in_either_design(design, baseline, method):
         study(train={"max_stepz": 3}, comparisons=comparisons)
 
 
+def test_what_a_run_would_refuse_is_refused_when_the_study_is_built():
+    # a seed the task cannot take: before, every train job failed after the warm start was built
+    with pytest.raises(StudyError, match=r"config key 'seed': task 'arith' takes seeds in \[0, 200\) .*got 204 "
+                                         r"\(set in the identity of run"):
+        study(seeds=[199, 204])
+    # an engine's own option: before, checked only once the engine was built (after the model loaded)
+    with pytest.raises(StudyError, match=r"config key 'deepspeed_zero_stage': must be 0, 1, 2 or 3, got 5"):
+        study(train={"update_engine": "deepspeed", "deepspeed_zero_stage": 5})
+    with pytest.raises(StudyError, match=r"config key 'lora_rank': must be >= 1, got 0"):
+        study(train={"update_engine": "lora", "lora_rank": 0})
+    with pytest.raises(StudyError, match=r"config key 'vllm_gpu_memory_utilization': must be in \(0, 1\], got 1.5"):
+        study(train={"rollout_engine": "vllm", "vllm_gpu_memory_utilization": 1.5})
+
+
 def test_a_bad_key_or_value_names_its_layer(tmp_path):
     with pytest.raises(StudyError, match=r"unknown config key 'lrr' in benchmarks.arith.train"):
         study(benchmarks={"arith": {"base_model": "warmstart", "train": {"lrr": 1}}})

@@ -14,10 +14,14 @@ ROLLOUT_ENGINES.add("hf", "pods.rollout.hf:HFRolloutEngine")  # CPU/GPU, KV cach
 ROLLOUT_ENGINES.add("vllm", "pods.rollout.vllm:VLLMRolloutEngine")
 
 
+def rollout_engine_class(name: str) -> type[RolloutEngine]:
+    module, _, cls = ROLLOUT_ENGINES[name].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
 def make_rollout_engine(name: str, *, model, tokenizer, config) -> RolloutEngine:
     """Build the engine `name` sampling from `model` (a TrainConfig supplies its options)."""
-    module, _, cls = ROLLOUT_ENGINES[name].partition(":")
-    return getattr(importlib.import_module(module), cls)(model=model, tokenizer=tokenizer, config=config)
+    return rollout_engine_class(name)(model=model, tokenizer=tokenizer, config=config)
 
 
-__all__ = ["ROLLOUT_ENGINES", "RolloutEngine", "Rollouts", "encode_prompts", "make_rollout_engine"]
+__all__ = ["ROLLOUT_ENGINES", "RolloutEngine", "Rollouts", "encode_prompts", "make_rollout_engine", "rollout_engine_class"]

@@ -16,6 +16,9 @@ from pods.batches import Rollouts  # noqa: F401  (the record `generate` returns,
 class RolloutEngine(ABC):
     """Batched sampling from the current policy."""
 
+    #: the engine's option view (pods.options), validated with the config; None: no options of its own
+    Options = None
+
     @abstractmethod
     def generate(
         self,

@@ -49,6 +49,9 @@ class Task(ABC):
     def is_correct(self, completion: str, problem: Problem) -> bool:
         """Whether the completion's final answer is right: the accuracy metric of every curve."""
 
+    #: seeds are in [0, seed_limit); None: any non-negative seed
+    seed_limit: int | None = None
+
     @classmethod
     def hub_datasets(cls, options: dict) -> dict[str, str]:
         """Option name -> the hub dataset id that option reads, for the task built with `options`
@@ -73,6 +76,7 @@ class SeededSplitTask(Task):
     test_size: int
     train_size: int
     _test: list[Problem] | None
+    seed_limit = TEST_SEED // TRAIN_SEED_STRIDE  # seed s draws from [s * stride, (s + 1) * stride)
 
     @abstractmethod
     def _generate(self, seed: int, size: int, exclude: set[str]) -> list[Problem]:
@@ -84,7 +88,7 @@ class SeededSplitTask(Task):
         return self._test
 
     def train_problems(self, seed: int) -> list[Problem]:
-        if not 0 <= seed < TEST_SEED // TRAIN_SEED_STRIDE:
-            raise ValueError(f"task {self.name!r}: seed must be in [0, {TEST_SEED // TRAIN_SEED_STRIDE}), got {seed}")
+        if not 0 <= seed < self.seed_limit:
+            raise ValueError(f"task {self.name!r}: seed must be in [0, {self.seed_limit}), got {seed}")
         test_questions = {p.question for p in self.test_problems()}
         return self._generate(seed * TRAIN_SEED_STRIDE, self.train_size, exclude=test_questions)

@@ -15,10 +15,14 @@ UPDATE_ENGINES.add("lora", "pods.update.lora:LoraUpdateEngine")
 UPDATE_ENGINES.add("deepspeed", "pods.update.deepspeed_engine:DeepSpeedUpdateEngine")  # ZeRO-1/2/3, one process per device
 
 
+def update_engine_class(name: str) -> type[UpdateEngine]:
+    module, _, cls = UPDATE_ENGINES[name].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
 def make_update_engine(name: str, *, model, config) -> UpdateEngine:
     """Build the engine `name` training `model` with the optimiser settings of `config`."""
-    module, _, cls = UPDATE_ENGINES[name].partition(":")
-    return getattr(importlib.import_module(module), cls)(model=model, config=config)
+    return update_engine_class(name)(model=model, config=config)
 
 
-__all__ = ["UPDATE_ENGINES", "UpdateBatch", "UpdateEngine", "make_update_engine"]
+__all__ = ["UPDATE_ENGINES", "UpdateBatch", "UpdateEngine", "make_update_engine", "update_engine_class"]

@@ -87,6 +87,8 @@ class DeepSpeedUpdateEngine(UpdateEngine):
             fields of `DeepSpeedOptions`.
     """
 
+    Options = DeepSpeedOptions  # checked when the config is (pods.config.TrainConfig.validate)
+
     def __init__(self, *, model, config):
         deepspeed = import_deepspeed()
         self.cfg = config

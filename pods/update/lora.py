@@ -91,6 +91,8 @@ class LoraUpdateEngine(TorchUpdateEngine):
         config: a TrainConfig; the fields of `LoraOptions` choose the adapter and the optimiser.
     """
 
+    Options = LoraOptions  # checked when the config is (pods.config.TrainConfig.validate)
+
     def __init__(self, *, model, config):
         self.options = LoraOptions.from_config(config)
         self.cfg = config
