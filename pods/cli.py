@@ -12,7 +12,7 @@ import argparse
 import importlib
 import sys
 
-from pods.runs import RunFailed
+from pods.runs import RunFailed, RunInterrupted
 
 # sub-command name -> (module that implements it, one line of help)
 COMMANDS = {
@@ -49,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:  # bad input: one clear line, no traceback
         print(f"pods {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except RunInterrupted as exc:  # SIGTERM: the step finished and was checkpointed; rerun to resume
+        print(f"pods {args.command}: interrupted: {exc}", file=sys.stderr)
+        return RunInterrupted.EXIT_CODE
     except RunFailed as exc:  # a run that stopped on its own numbers: said in one line, recorded in its summary
         print(f"pods {args.command}: error: {exc}", file=sys.stderr)
         return 1

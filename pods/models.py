@@ -5,6 +5,7 @@ Both kinds are saved with `save_pretrained` (model + tokenizer) and loaded back 
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import string
 from pathlib import Path
@@ -21,6 +22,12 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerFast,
 )
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+# The keyword (and output field) of the key/value cache: `cache` in current transformers,
+# `past_key_values` before the rename, which is what vLLM's CPU build pins (transformers 5.19).
+# Every caller that passes a cache uses this name (the hf rollout engine, the torch update engine).
+CACHE = "cache" if "cache" in {f.name for f in dataclasses.fields(CausalLMOutputWithPast)} else "past_key_values"
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 # Printable ASCII: covers the embedded tasks and leaves room for worded prompts at no real cost

@@ -59,6 +59,7 @@ import os
 import re
 import urllib.request
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -74,7 +75,8 @@ from pods.atomic import atomic_write_bytes, atomic_write_text, write_json, write
 RELEASE_REPO = "YixuanEvenXu/pods"
 RELEASE_COMMIT = "187f43b648f69385103029c2dd0934521e17bb71"
 RELEASE_URL = "https://raw.githubusercontent.com/{repo}/{commit}/results/{file}"
-MANIFEST = Path(__file__).resolve().parent.parent / "config" / "paper_figures.yaml"
+# Package data (config/paper_figures.yaml links to it), so an installed wheel has it too.
+MANIFEST = Path(str(resources.files("pods") / "data" / "paper_figures.yaml"))
 
 RUN_FILE_RE = re.compile(
     r"^Instruct-(?P<family>GSM8K|MATH-NF|Llama)(?:-(?P<rule>MaxR|Rand))?-512-(?P<n>\d+)-(?P<m>\d+)"

@@ -38,7 +38,7 @@ from pods.config import parse_method
 
 LOCK_FILE = ".lock"
 RUN_FILES = ("steps.jsonl", "evals.jsonl", "summary.json")  # what a run has produced
-STATUSES = ("running", "complete", "failed")
+STATUSES = ("running", "complete", "failed", "interrupted")
 STEP_PHASES = ("generate", "reward", "select", "logprob", "update")
 # Where a run lives under a study's runs folder; `run_key` reads the components back.
 RUN_LAYOUT = "{benchmark}/{hardware}/{method}/seed{seed}"
@@ -107,6 +107,13 @@ class RunDirError(ValueError):
 
 class RunFailed(RuntimeError):
     """A run stopped on a numerical failure; its summary.json says so and its last checkpoint stays."""
+
+
+class RunInterrupted(RuntimeError):
+    """A run stopped by SIGTERM (a SLURM time limit or preemption) after a whole step and a
+    checkpoint; its summary.json says `interrupted` and the same command resumes it."""
+
+    EXIT_CODE = 75  # EX_TEMPFAIL: "try again later", which is what resuming does
 
 
 class RunFileError(ValueError):
@@ -398,8 +405,12 @@ def check_summary(summary: Mapping, evals: Sequence[Mapping], steps: Sequence[Ma
             raise RunFileError(f"{where}: lacks {name!r}")
     if summary["status"] != "complete":
         reason = summary.get("failure", {}).get("reason", "") if summary["status"] == "failed" else ""
+        how = {"failed": "; delete the run's folder to train it again, or change the config and use another "
+                         "results_dir",
+               "interrupted": "; run its train command again (or `snakemake reproduce`) to resume it",
+               "running": "; if no trainer is at work on it, run its train command again to resume it"}
         raise RunFileError(f"{where}: status is {summary['status']!r}{': ' + reason if reason else ''}; "
-                           "only a complete run is a result")
+                           f"only a complete run is a result{how.get(summary['status'], '')}")
     for name, value in key.items():
         if name in summary and summary[name] != value:
             raise RunFileError(f"{where}: {name} is {summary[name]!r} but the run directory says {value!r}")

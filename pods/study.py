@@ -30,6 +30,7 @@ import json
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
@@ -41,7 +42,9 @@ from pods.config import Method, TrainConfig, parse_method, parse_value, read_con
 from pods.registry import Registry
 from pods.runs import run_path
 
-SCHEMA = Path(__file__).resolve().parents[1] / "config" / "schema.yaml"
+# Package data (config/schema.yaml links to it): read through importlib.resources, so an
+# installed wheel has it too.
+SCHEMA = Path(str(resources.files("pods") / "data" / "schema.yaml"))
 DESIGNS = ("equal_update", "equal_generation")
 # Comparison keys that only the analysis reads (the study-file format of pods.analysis).
 ANALYSIS_KEYS = ("grid_s", "t_max_s", "eval_set", "align", "target_accuracy")

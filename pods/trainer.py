@@ -18,13 +18,14 @@ checkpoint kept.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import math
 import os
 import random
 import shutil
+import signal
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +33,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from pods.atomic import atomic_write_bytes, read_yaml, write_json, write_yaml
+import pods.checkpoint as ckpt
+from pods.atomic import read_yaml, write_json, write_yaml
 from pods.batches import Rollouts, UpdateBatch
 from pods.config import TrainConfig, config_help, load_train_config
 from pods.distributed import all_sum, barrier, gather_batch, world
@@ -40,13 +42,13 @@ from pods.evaluation import EvalSet, evaluate
 from pods.grpo import kept_advantages
 from pods.rollout import make_rollout_engine
 from pods.rollout.base import encode_prompts
-from pods.runs import (RUN_FILES, RunDirError, RunFailed, RunLock, append_jsonl, build_summary, describe_holder,
-                       produced_files, read_jsonl, truncate_jsonl)
+from pods.runs import (RUN_FILES, RunDirError, RunFailed, RunInterrupted, RunLock, append_jsonl, build_summary,
+                       describe_holder, produced_files, read_jsonl, truncate_jsonl)
 from pods.selection import select
 from pods.timing import Heartbeat, PhaseTimer, TrainClock
 from pods.update import make_update_engine
 
-CHECKPOINT = "checkpoint/state.pt"
+CHECKPOINT = "checkpoint"  # the folder of pods.checkpoint's files
 # Keys that may differ when a run is started again: a larger budget extends a finished run, and a
 # run directory that was moved (or copied from a clone) is still the same run.
 RESUMABLE_CHANGES = {"max_train_time_s", "max_steps", "run_dir"}
@@ -58,9 +60,10 @@ RESUMABLE_CHANGES = {"max_train_time_s", "max_steps", "run_dir"}
 # the kept rollouts are gathered, and the engine splits the update over the processes again.
 # Process 0 alone writes the run files; each process keeps its own checkpoint. The helpers
 # (world, all_sum, barrier, gather_batch) are pods.distributed's.
-def checkpoint_path(run_dir: Path) -> Path:
+def checkpoint_suffix() -> str:
+    """Each process of a multi-process run keeps its own state file (`-rank<r>`)."""
     rank, size = world()
-    return run_dir / (CHECKPOINT if size == 1 else CHECKPOINT.replace(".pt", f"-rank{rank}.pt"))
+    return "" if size == 1 else f"-rank{rank}"
 
 
 # --- data ----------------------------------------------------------------------------------------
@@ -134,10 +137,32 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+class Preemption:
+    """SIGTERM (what SLURM sends at a time limit or on preemption) asks the loop to stop after the
+    step it is in: the loop checkpoints, records `interrupted` and exits with RunInterrupted.EXIT_CODE.
+    A second signal, or one before the loop starts, is handled the same way; SIGKILL is not, and
+    resuming from the last regular checkpoint covers it."""
+
+    def __init__(self):
+        self.requested, self._previous = False, None
+
+    def _request(self, signum, frame) -> None:
+        self.requested = True
+
+    def __enter__(self) -> "Preemption":
+        if threading.current_thread() is threading.main_thread():  # Python delivers signals there only
+            self._previous = signal.signal(signal.SIGTERM, self._request)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+
 def save_checkpoint(run_dir: Path, updater, progress: Progress) -> None:
-    buffer = io.BytesIO()
-    torch.save({"engine": updater.state_dict(), "progress": vars(progress), "rng": rng_state()}, buffer)
-    atomic_write_bytes(checkpoint_path(run_dir), buffer.getvalue())
+    engine = updater.state_dict()  # collective for a multi-process engine
+    ckpt.save(run_dir / CHECKPOINT, {"engine": engine, "progress": vars(progress), "rng": rng_state()},
+                    suffix=checkpoint_suffix(), library_files=updater.checkpoint_files(engine))
 
 
 def saved_config_differences(cfg: TrainConfig, run_dir: Path) -> list[str]:
@@ -149,8 +174,9 @@ def saved_config_differences(cfg: TrainConfig, run_dir: Path) -> list[str]:
 
 
 def has_checkpoint(run_dir: Path) -> bool:
-    folder = run_dir / Path(CHECKPOINT).parent
-    return folder.is_dir() and any(folder.iterdir())
+    """A save to resume from (or the pickle of an earlier version, which resume then refuses)."""
+    folder = run_dir / CHECKPOINT
+    return any(folder.glob("state*.json")) or any(folder.glob(ckpt.PICKLE_GLOB))
 
 
 def inspect_run_dir(cfg: TrainConfig, run_dir: Path) -> dict | None:
@@ -186,6 +212,8 @@ def inspect_run_dir(cfg: TrainConfig, run_dir: Path) -> dict | None:
     if differences and has_checkpoint(run_dir):
         raise RunDirError(f"{run_dir} holds a checkpoint of a run with {'; '.join(differences)}; use another "
                           "run_dir (or --restart to discard it)")
+    if has_checkpoint(run_dir):  # a changed or planted file is refused before the model loads
+        ckpt.check_folder(run_dir / CHECKPOINT)
     return None
 
 
@@ -193,30 +221,48 @@ def clear_run_dir(run_dir: Path) -> None:
     """Start over on purpose: every file of an earlier attempt goes (under the run's lock)."""
     for name in (*RUN_FILES, "config.yaml"):
         (run_dir / name).unlink(missing_ok=True)
-    shutil.rmtree(run_dir / Path(CHECKPOINT).parent, ignore_errors=True)
+    shutil.rmtree(run_dir / CHECKPOINT, ignore_errors=True)
 
 
-def resume_or_start(cfg: TrainConfig, run_dir: Path, updater) -> tuple[Progress, dict | None]:
+def resume_or_start(cfg: TrainConfig, run_dir: Path, updater) -> tuple[Progress, dict | None, str | None]:
     """Load the last checkpoint and cut the logs back to it, or start the run from step 0.
 
-    Returns the progress and the saved RNG states (None on a fresh start). `inspect_run_dir` has
+    Returns the progress, the saved RNG states (None on a fresh start) and a note on the files a
+    library unpickles (None: there are none). Nothing is read before its sha256 matches the
+    manifest, and the trainer's own files are data only (pods.checkpoint). `inspect_run_dir` has
     already refused a directory with logs but no checkpoint, so a fresh start finds no logs.
     """
     rank, size = world()
-    found = all_sum([float(checkpoint_path(run_dir).exists())])[0]
+    folder, suffix = run_dir / CHECKPOINT, checkpoint_suffix()
+    mine = ckpt.manifest_path(folder, suffix).is_file() or any(folder.glob(ckpt.PICKLE_GLOB))
+    found = all_sum([float(mine)])[0]
     if 0 < found < size:
         raise RunDirError(f"{run_dir}: only {int(found)} of {size} processes have a checkpoint; "
                           "pass --restart to start again")
-    if not found:
-        return Progress(), None
-    state = torch.load(checkpoint_path(run_dir), weights_only=False)
+    if not found and has_checkpoint(run_dir):
+        raise RunDirError(f"{folder} holds the checkpoint of a run with another number of processes "
+                          f"({', '.join(sorted(p.name for p in folder.glob('state*.json')))}); start it with as "
+                          "many, or pass --restart to train it again from step 0")
+    if not found:  # a first save cut short leaves no manifest: nothing of it is read
+        barrier()
+        if rank == 0:
+            shutil.rmtree(folder, ignore_errors=True)
+        barrier()
+        return Progress(), None, None
+    manifest = ckpt.read_manifest(folder, suffix)  # JSON; a pickle of an earlier version is refused
+    ckpt.verify(folder, manifest)  # every file's sha256 before any is read
+    state = ckpt.load(folder, manifest)  # safetensors and JSON: data only
+    library_files = updater.checkpoint_files(state["engine"])
+    ckpt.verify_listed(folder, manifest, library_files)
     updater.load_state_dict(state["engine"])
     progress = Progress(**state["progress"])
     if rank == 0:  # what was logged after the checkpoint is done again, identically
         truncate_jsonl(run_dir / "steps.jsonl", lambda r: r["step"] <= progress.step)
         truncate_jsonl(run_dir / "evals.jsonl", lambda r: r["step"] <= progress.last_eval_step)
     barrier()
-    return progress, state["rng"]
+    note = (f"{updater.library_loader}; each matched the sha256 recorded at the save"
+            if library_files and updater.library_loader else None)
+    return progress, state["rng"], note
 
 
 def provenance(cfg: TrainConfig) -> dict:
@@ -317,12 +363,14 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True, restart: bool = False,
                 clear_run_dir(run_dir)
         else:
             inspect_run_dir(cfg, run_dir)  # again, now that no other writer can change it
-        return train_loop(cfg, run_dir, progress_bar=progress_bar, log_every_s=log_every_s)
+        with Preemption() as preemption:
+            return train_loop(cfg, run_dir, progress_bar=progress_bar, log_every_s=log_every_s, preemption=preemption)
     finally:
         lock.release()
 
 
-def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every_s: float | None) -> dict:
+def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every_s: float | None,
+               preemption: Preemption | None = None) -> dict:
     from pods.models import load_policy
     from pods.tasks import get_task
 
@@ -342,7 +390,7 @@ def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every
     need_ref = cfg.beta > 0 or cfg.always_compute_ref
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    state, saved_rng = resume_or_start(cfg, run_dir, updater)
+    state, saved_rng, resume_note = resume_or_start(cfg, run_dir, updater)
     origin = provenance(cfg)
     if lead:
         previous = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
@@ -355,6 +403,7 @@ def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every
         write_yaml(run_dir / "config.yaml", cfg.to_dict())
         print(startup_lines(cfg) + (f" | {size} processes" if size > 1 else "")
               + (f" | resuming at step {state.step}" if state.step else "")
+              + (f" ({resume_note})" if resume_note else "")
               + (f" (the last attempt failed at step {failed['step']}: {failed['reason']})" if failed else ""),
               flush=True)
     prompts = PromptStream(task.train_problems(cfg.seed), cfg.seed, state.data_position)
@@ -447,10 +496,11 @@ def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every
             state.step += 1
 
             phases = timer.lap()
-            generated, tokens, reward_sum, flat, kept_flat = all_sum([
+            generated, tokens, reward_sum, flat, kept_flat, stop = all_sum([
                 len(rollouts), rollouts.num_tokens, rewards.sum().item(),
                 zero_variance_frac(rewards) * len(problems),
                 zero_variance_frac(torch.gather(rewards, 1, kept)) * len(problems),
+                float(preemption is not None and preemption.requested),  # every process stops at the same step
             ])
             record = {
                 "step": state.step, "train_time_s": round(clock.train, 4), "wall_time_s": round(clock.wall, 4),
@@ -487,6 +537,11 @@ def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every
             if heartbeat.due():
                 print(f"step {state.step} | train {clock.train:.1f} s | reward {record['reward_mean']:.3f} | "
                       f"accuracy {accuracy:.3f} | {clock.train / state.step:.3f} s/step", flush=True)
+            if stop and not done:
+                bar.close()
+                checkpoint("interrupted")
+                raise RunInterrupted(f"{run_dir}: SIGTERM; stopped after step {state.step}, checkpointed, "
+                                     "summary.json says 'interrupted'; run the same command again to resume")
         if state.last_eval_step != state.step:  # resumed from a checkpoint taken just before the budget ran out
             doing = f"the evaluation at step {state.step}"
             run_eval()

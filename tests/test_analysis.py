@@ -342,3 +342,12 @@ def test_cli_analyze_writes_csv_and_markdown(tmp_path, capsys):
     with pytest.raises(SystemExit):
         pods_main(["analyze", "--runs", str(tmp_path), "--study", str(study), "--n-boot", "20"])
     assert "--n-boot: must be >= 200, got 20" in capsys.readouterr().err
+
+
+def test_infinite_numbers_print_as_what_they_mean_in_their_column():
+    from pods.calibration import LADDER
+
+    # a speedup or an interval bound that is infinite is "inf"; only seeds_to_decide has a ladder
+    assert analysis._fmt(float("inf")) == "inf" and analysis._fmt(float("-inf")) == "-inf"
+    assert analysis._fmt(float("nan")) == "" and analysis._fmt(1.23456) == "1.235"
+    assert analysis._seeds_text(float("inf")) == f"> {LADDER[-1]}" and analysis._seeds_text(8.0) == "8"

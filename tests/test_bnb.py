@@ -161,7 +161,9 @@ def test_l40s_lora_recipe_trains_a_few_steps_on_cpu(base, tmp_path):
     # the adapter-free reference pass ran every step (beta > 0); an untrained base earns equal
     # rewards, so the adapter may not move here: test_4bit_base_lora_adapter_and_8bit_adamw shows it
     assert all(s["logprob_s"] > 0 for s in steps)
-    checkpoint = torch.load(tmp_path / "run/checkpoint/state.pt", weights_only=False)["engine"]
+    import pods.checkpoint as ckpt
+
+    checkpoint = ckpt.load(tmp_path / "run/checkpoint", ckpt.read_manifest(tmp_path / "run/checkpoint"))["engine"]
     assert checkpoint.keys() == {"adapter", "optimizer", "scheduler"}  # the 4-bit base is not saved
     # bitsandbytes' state_dict keeps each parameter's states under one key of its own
     saved = [s.get("__bnb_optimizer_quant_state__", s) for s in checkpoint["optimizer"]["state"].values()]

@@ -1,7 +1,6 @@
 """The `lora` update engine on a tiny Qwen2 model built from a config (CPU, no download)."""
 import dataclasses
 import importlib.util
-import io
 
 import pytest
 import torch
@@ -89,14 +88,14 @@ def test_kl_against_the_adapter_free_base():
     assert second["kl"] > 1e-7
 
 
-def test_checkpoint_holds_the_adapter_only_and_resumes_exactly():
+def test_checkpoint_holds_the_adapter_only_and_resumes_exactly(tmp_path):
+    import pods.checkpoint as ckpt
+
     batch, adv = make_batch(), torch.linspace(-1.0, 1.0, 8)
     a = LoraUpdateEngine(model=tiny_qwen2(), config=lora_config())
     a.step(batch, adv)
-    buffer = io.BytesIO()  # through bytes, as a checkpoint file: no tensor is shared with `a`
-    torch.save(a.state_dict(), buffer)
-    buffer.seek(0)
-    state = torch.load(buffer)
+    ckpt.save(tmp_path, a.state_dict())  # through the checkpoint files: no tensor is shared with `a`
+    state = ckpt.load(tmp_path, ckpt.read_manifest(tmp_path))
     assert state["adapter"] and all("lora_" in k for k in state["adapter"])
     b = LoraUpdateEngine(model=tiny_qwen2(), config=lora_config())
     b.load_state_dict(state)

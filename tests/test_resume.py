@@ -1,4 +1,5 @@
 """Kill -9 and resume: the resumed run's eval curve and token counts equal an uninterrupted run's."""
+import json
 import os
 import signal
 import subprocess
@@ -48,34 +49,73 @@ def command(script, base, run_dir):
     return [sys.executable, str(script), f"base_model={base}", f"run_dir={run_dir}", *ARGS], env
 
 
-@pytest.mark.slow
-def test_killed_run_resumes_to_the_uninterrupted_curve(base, tmp_path, monkeypatch):
+ENGINES = {"torch": [], "lora": ["update_engine=lora", "lora_rank=4", "lora_alpha=8", "load_in_4bit=false"]}
+
+
+@pytest.fixture(scope="module")
+def straight(base, tmp_path_factory):
+    """The uninterrupted reference run of each engine, trained once in this process (same code,
+    same single thread) when a test first asks for it."""
     import pods.tasks
     from test_trainer import FirstDigit
 
-    monkeypatch.setitem(pods.tasks.TASKS, "first_digit", FirstDigit)
-    script = tmp_path / "run_train.py"
-    script.write_text(SCRIPT.format(tests=str(TESTS)))
-
-    # the uninterrupted reference runs in this process: same code, same single thread
     from pods.config import load_train_config
     from pods.trainer import train
 
-    train(load_train_config(None, [f"base_model={base}", f"run_dir={tmp_path / 'straight'}", *ARGS]), progress_bar=False)
+    done = {}
 
-    cmd, env = command(script, base, tmp_path / "killed")
-    steps_file = tmp_path / "killed" / "steps.jsonl"
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    def run(engine: str) -> Path:
+        if engine not in done:
+            run_dir = tmp_path_factory.mktemp("straight") / engine
+            added = "first_digit" not in pods.tasks.TASKS
+            if added:
+                pods.tasks.TASKS["first_digit"] = FirstDigit
+            try:
+                train(load_train_config(None, [f"base_model={base}", f"run_dir={run_dir}", *ARGS, *ENGINES[engine]]),
+                      progress_bar=False)
+            finally:
+                if added:
+                    del pods.tasks.TASKS["first_digit"]
+            done[engine] = run_dir
+        return done[engine]
+
+    return run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine, stop", [("torch", signal.SIGKILL), ("lora", signal.SIGKILL), ("torch", signal.SIGTERM)],
+                         ids=["torch-kill9", "lora-kill9", "torch-sigterm"])
+def test_stopped_run_resumes_to_the_uninterrupted_curve(base, straight, tmp_path, engine, stop):
+    """kill -9 (no warning: the last regular checkpoint) and SIGTERM (SLURM's time limit or
+    preemption: the step finishes, a checkpoint, `interrupted`, exit 75) both resume exactly."""
+    script = tmp_path / "run_train.py"
+    script.write_text(SCRIPT.format(tests=str(TESTS)))
+    reference = straight(engine)
+
+    cmd, env = command(script, base, tmp_path / "stopped")
+    cmd += ENGINES[engine]
+    steps_file = tmp_path / "stopped" / "steps.jsonl"
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         while len(read_jsonl(steps_file, finished=False)) < 6:
-            assert proc.poll() is None, "the run ended before it could be killed"
+            assert proc.poll() is None, "the run ended before it could be stopped"
             time.sleep(0.01)
-        proc.send_signal(signal.SIGKILL)
+        proc.send_signal(stop)
+        _, stderr = proc.communicate(timeout=300)
     finally:
+        proc.kill()
         proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    killed_at = len(read_jsonl(steps_file, finished=False))
-    assert killed_at < 15
+    stopped_at = len(read_jsonl(steps_file, finished=False))
+    assert stopped_at < 15
+    if stop == signal.SIGKILL:
+        assert proc.returncode == -signal.SIGKILL
+    else:
+        from pods.runs import RunInterrupted
+
+        assert proc.returncode == RunInterrupted.EXIT_CODE, stderr[-2000:]
+        assert f"pods train: interrupted: {tmp_path / 'stopped'}: SIGTERM; stopped after step {stopped_at}" in stderr
+        summary = json.loads((tmp_path / "stopped" / "summary.json").read_text())
+        assert summary["status"] == "interrupted" and summary["steps"] == stopped_at
 
     result = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
@@ -84,14 +124,15 @@ def test_killed_run_resumes_to_the_uninterrupted_curve(base, tmp_path, monkeypat
     def pick(path, keys):
         return [{k: r[k] for k in keys} for r in read_jsonl(path, finished=True)]
 
-    straight, resumed = tmp_path / "straight", tmp_path / "killed"
-    assert pick(resumed / "evals.jsonl", EVAL_KEYS) == pick(straight / "evals.jsonl", EVAL_KEYS)
-    assert pick(resumed / "steps.jsonl", STEP_KEYS) == pick(straight / "steps.jsonl", STEP_KEYS)
+    resumed = tmp_path / "stopped"
+    assert pick(resumed / "evals.jsonl", EVAL_KEYS) == pick(reference / "evals.jsonl", EVAL_KEYS)
+    assert pick(resumed / "steps.jsonl", STEP_KEYS) == pick(reference / "steps.jsonl", STEP_KEYS)
     assert [e["step"] for e in read_jsonl(resumed / "evals.jsonl", finished=True)] == list(range(0, 16, 3))
-    assert len({e["accuracy"] for e in read_jsonl(straight / "evals.jsonl", finished=True)}) > 1  # the curve moves
+    assert len({s["loss"] for s in read_jsonl(reference / "steps.jsonl", finished=True)}) > 1  # the run trains
     # training time keeps counting from the checkpoint instead of restarting at 0
     times = [s["train_time_s"] for s in read_jsonl(resumed / "steps.jsonl", finished=True)]
     assert times == sorted(times)
+    assert json.loads((resumed / "summary.json").read_text())["status"] == "complete"
 
 
 def test_jsonl_reader_drops_a_torn_last_line_on_resume_refuses_it_when_finished_and_truncation_is_exact(tmp_path):
@@ -140,6 +181,15 @@ def test_two_processes_train_and_resume(base, tmp_path):
     assert [s["step"] for s in steps] == [1, 2, 3, 4, 5, 6]
     # counts are the whole step's, summed over both processes
     assert {(s["rollouts_generated"], s["rollouts_trained"]) for s in steps} == {(4 * 8, 4 * 4)}
-    assert sorted(p.name for p in (run_dir / "checkpoint").iterdir()) == ["deepspeed", "state-rank0.pt", "state-rank1.pt"]
+    names = sorted(p.name for p in (run_dir / "checkpoint").iterdir())
+    assert names[:3] == ["deepspeed", "state-rank0.json", "state-rank1.json"] and len(names) == 5, names
+    assert names[3].startswith("tensors-rank0-") and names[4].startswith("tensors-rank1-")
+    # DeepSpeed's loader unpickles its own files: each was checked against the manifest first
+    assert "DeepSpeed's load_checkpoint unpickles its own files; each matched the sha256" in result.stdout
+    manifest = json.loads((run_dir / "checkpoint" / "state-rank1.json").read_text())
+    tag = manifest["state"]["engine"]["deepspeed_tag"]
+    listed = {name for name in manifest["files"] if name.startswith(f"deepspeed/{tag}/")}
+    assert listed and listed == {str(p.relative_to(run_dir / "checkpoint"))
+                                 for p in (run_dir / "checkpoint" / "deepspeed" / tag).rglob("*") if p.is_file()}
     evals = read_jsonl(run_dir / "evals.jsonl", finished=True)
     assert [e["step"] for e in evals] == [0, 3, 4, 6] and all(e["n_items"] == 64 for e in evals)

@@ -341,10 +341,12 @@ def test_a_diverging_run_stops_as_failed_and_keeps_its_last_good_checkpoint(base
     assert [s["step"] for s in read_jsonl(run_dir / "steps.jsonl", finished=True)] == [1]
     import torch
 
-    saved = torch.load(run_dir / "checkpoint" / "state.pt", weights_only=False)
+    import pods.checkpoint as ckpt
+
+    saved = ckpt.load(run_dir / "checkpoint", ckpt.read_manifest(run_dir / "checkpoint"))
     assert saved["progress"]["step"] == 1
     assert all(torch.isfinite(v).all() for v in saved["engine"]["model"].values() if v.is_floating_point())
-    with pytest.raises(runs.RunFileError, match="status is 'failed': non-finite"):
+    with pytest.raises(runs.RunFileError, match="status is 'failed': non-finite.*delete the run's folder to train it again"):
         runs.check_summary(summary, read_jsonl(run_dir / "evals.jsonl", finished=True), [], {"method": summary["method"]}, "summary.json")
 
 

@@ -223,4 +223,4 @@ def test_deepspeed_two_processes_launched_inside_a_slurm_job(smoke, capsys):
         assert json.loads((run / "summary.json").read_text())["status"] == "complete"
         # each process generates for half the prompts; the step counts the whole batch
         assert all(s["rollouts_generated"] == 2 * n and s["rollouts_trained"] == 2 * m for s in records(run / "steps.jsonl"))
-        assert sorted(p.name for p in (run / "checkpoint").glob("state-rank*.pt")) == ["state-rank0.pt", "state-rank1.pt"]
+        assert sorted(p.name for p in (run / "checkpoint").glob("state-rank*.json")) == ["state-rank0.json", "state-rank1.json"]

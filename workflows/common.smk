@@ -40,15 +40,14 @@ SUMMARIES = STUDY.summaries()
 FINISHED = {path for path, summary in SUMMARIES.items() if summary.get("status") == "complete"}
 FAILED = {path: summary.get("failure", {}) for path, summary in SUMMARIES.items() if summary.get("status") == "failed"}
 
-# A run that stopped on a non-finite number (its summary.json says `failed`; a run the workflow
-# trains is named in Snakemake's error report instead, with its log) would fail the same way again:
-# it needs a person, so every target stops here and names it.
-if FAILED:
-    raise ValueError(
-        f"{len(FAILED)} run(s) of this study stopped on a numerical failure:\n"
-        + "\n".join(f"  {path}: failed at step {f.get('step')}: {f.get('reason')}" for path, f in sorted(FAILED.items()))
-        + "\nDelete a run's folder to train it again, or change the config and use another results_dir."
-    )
+
+def failed_runs_message() -> str:
+    """A run that stopped on a non-finite number would fail the same way again: it needs a person.
+    Only the targets that read it stop (`figures` here, the analysis job of `reproduce` in
+    `pods analyze`); `paper_figures`, `--report` and the training of the other runs go on."""
+    return (f"{len(FAILED)} run(s) of this study stopped on a numerical failure:\n"
+            + "\n".join(f"  {path}: failed at step {f.get('step')}: {f.get('reason')}" for path, f in sorted(FAILED.items()))
+            + "\nDelete a run's folder to train it again, or change the config and use another results_dir.")
 
 
 # A clone carries the committed runs of the default study; say so, or a `reproduce` that finishes
@@ -67,7 +66,8 @@ onstart:
 def run_files():
     """What the analysis waits for, per run: a finished run's files as they are on disk (no rule
     makes them, so the train rule is never asked about it), or the summary.json the train rule
-    writes when the run is still to be trained or resumed."""
+    writes when the run is still to be trained or resumed (a failed run's summary.json, which
+    `pods analyze` then refuses naming the failure)."""
     files = []
     for path in map(STUDY.run_dir, STUDY.runs):
         files += [f"{path}/evals.jsonl", f"{path}/steps.jsonl"] if path in FINISHED else [f"{path}/summary.json"]
@@ -76,6 +76,8 @@ def run_files():
 
 def cached_results():
     """The `figures` target: tables and figures from finished runs only, never a training job."""
+    if FAILED:
+        raise ValueError(failed_runs_message())
     todo = [path for path in map(STUDY.run_dir, STUDY.runs) if path not in FINISHED]
     if todo:
         raise ValueError(

@@ -11,6 +11,7 @@ import torch.distributed as dist
 from transformers import DynamicCache
 
 from pods.batches import Rollouts
+from pods.models import CACHE
 from pods.rollout.base import RolloutEngine
 
 # Compact the running batch once this share of its rows has finished: each compaction copies
@@ -73,8 +74,8 @@ class HFRolloutEngine(RolloutEngine):
 
         cache = DynamicCache()
         out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                    cache=cache, use_cache=True, logits_to_keep=1)
-        cache = out.cache
+                    use_cache=True, logits_to_keep=1, **{CACHE: cache})
+        cache = getattr(out, CACHE)
         logits = out.logits[:, -1, :].float()
         if not torch.isfinite(logits).all():  # sampling would fail on it, greedy would decode garbage
             raise FloatingPointError("the policy's logits are not finite (its weights have diverged)")
@@ -111,8 +112,8 @@ class HFRolloutEngine(RolloutEngine):
                 finished = finished[keep]
             attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
             out = model(input_ids=chosen[:, None], attention_mask=attention, position_ids=next_pos[:, None],
-                        cache=cache, use_cache=True)
-            cache = out.cache
+                        use_cache=True, **{CACHE: cache})
+            cache = getattr(out, CACHE)
             logits = out.logits[:, -1, :].float()
             next_pos = next_pos + 1
         model.train(was_training)

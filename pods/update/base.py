@@ -8,6 +8,7 @@ prompt, never n. Every engine builds its optimiser and learning-rate schedule wi
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from pathlib import Path
 
 import torch
 
@@ -56,6 +57,15 @@ class UpdateEngine(ABC):
     @abstractmethod
     def load_state_dict(self, state: dict) -> None:
         """Inverse of `state_dict`."""
+
+    # An engine whose library writes part of the checkpoint itself, with a loader that unpickles
+    # (DeepSpeed), names those files here; the trainer records their sha256 when they are written
+    # and checks it before `load_state_dict` lets the library read them (pods.checkpoint).
+    library_loader: str | None = None  # who unpickles them, for the resume message
+
+    def checkpoint_files(self, state: dict) -> list[Path]:
+        """Files under the run's checkpoint folder that `load_state_dict(state)` hands to a library."""
+        return []
 
 
 def make_optimizer(params, config, *, name: str = "adamw") -> torch.optim.Optimizer:

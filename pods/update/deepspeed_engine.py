@@ -195,11 +195,18 @@ class DeepSpeedUpdateEngine(UpdateEngine):
     # ------------------------------------------------------------------------------ checkpoints
     # DeepSpeed owns the partitioned state (ZeRO-1/2 optimiser shards, ZeRO-3 parameter shards), so
     # its own save_checkpoint/load_checkpoint write it, under {run_dir}/checkpoint/deepspeed/<tag>/.
-    # The trainer's per-process state.pt (written atomically after this returns) records the tag;
-    # a new tag per save means a kill mid-save leaves the tag state.pt names intact. The tag before
-    # the previous one is deleted once every process has finished the current save.
+    # The trainer's per-process state file (written after this returns) records the tag and the
+    # sha256 of every file under it; a new tag per save means a kill mid-save leaves the tag the
+    # last state file names intact. The tag before the previous one is deleted once every process
+    # has finished the current save. DeepSpeed's loader unpickles these files (torch.load allowing
+    # any global): the trainer checks their digests before `load_state_dict` runs.
+    library_loader = "DeepSpeed's load_checkpoint unpickles its own files"
+
     def checkpoint_dir(self) -> Path:
         return self.cfg.output_dir() / "checkpoint" / "deepspeed"
+
+    def checkpoint_files(self, state: dict) -> list[Path]:
+        return sorted(p for p in (self.checkpoint_dir() / state["deepspeed_tag"]).rglob("*") if p.is_file())
 
     def state_dict(self) -> dict:
         """Collective: every process calls it at the same step. Returns the tag to load back."""

@@ -3,19 +3,15 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 
 import torch
 from transformers import DynamicCache
-from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from pods.grpo import policy_loss
+from pods.models import CACHE
 from pods.update.base import UpdateBatch, UpdateEngine, make_optimizer, warmup_schedule
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-# The keyword (and output field) of the key/value cache: `cache` in current transformers,
-# `past_key_values` before the rename, which is what vLLM's CPU build pins (transformers 5.19).
-CACHE = "cache" if "cache" in {f.name for f in dataclasses.fields(CausalLMOutputWithPast)} else "past_key_values"
 
 
 def token_logprobs(model, batch: UpdateBatch, *, share_prompts: bool = True) -> torch.Tensor:
