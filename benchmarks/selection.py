@@ -4,7 +4,7 @@ Run: python benchmarks/selection.py [--groups 512] [--repeats 5]
 
 Prints one table measured side by side in this run: milliseconds per call for a batch of G groups,
 the speedup over the authors' scan, and whether every method found subsets of equal variance.
-The authors' scan (their trainer's selection block, PAPER.md section 1.3) sorts each group, then
+The authors' scan (their trainer's selection block, docs/paper.md section 1.3) sorts each group, then
 recomputes the variance of each top-i + bottom-(m-i) candidate: O(m^2) per group after the sort,
 in a Python loop over groups. Brute force enumerates all C(n, m) subsets where that is feasible.
 """

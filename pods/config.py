@@ -128,7 +128,7 @@ class TrainConfig:
         default=None,
         metadata={"help": "Rollouts sampled per prompt, in groups of n that are each normalised and down-sampled "
                           "on their own; null: n (one group). The authors' 8-GPU runs sample 512 per prompt: "
-                          "GRPO-GA 16 groups of 32, PODS 4 groups of 128 (PAPER.md 2.2)."},
+                          "GRPO-GA 16 groups of 32, PODS 4 groups of 128 (docs/paper.md 2.2)."},
     )
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of training rollouts (paper: 0.9)."})
     max_new_tokens: int = field(default=32, metadata={"help": "Completion length cap in tokens (paper: 512)."})
@@ -155,7 +155,7 @@ class TrainConfig:
         default=False,
         metadata={
             "help": "Compute reference log-probs even when beta == 0, as the authors' single-GPU code did "
-            "(a constant extra cost on both arms, PAPER.md section 4.7)."
+            "(a constant extra cost on both arms, docs/paper.md section 4.7)."
         },
     )
     eps_low: float = field(default=0.2, metadata={"help": "Lower clip range of the ratio (inactive at one step per batch)."})

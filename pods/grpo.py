@@ -1,7 +1,7 @@
 """GRPO advantages and policy loss as pure tensor functions.
 
 PODS changes only which rollouts reach these functions (`pods.selection`); the authors normalise
-advantages over the kept subset (PAPER.md section 1.1), which is the default here, with
+advantages over the kept subset (docs/paper.md section 1.1), which is the default here, with
 normalisation over all n as an option.
 
 Loss aggregations are a registry (`LOSS_AGGREGATIONS`), each written as "sum of token losses over
@@ -135,7 +135,7 @@ def policy_loss(
 
     Shapes: `logprobs`, `old_logprobs`, `ref_logprobs`, `mask` are `[B, T]` per completion token;
     `advantages` is `[B]`. With one gradient step per generated batch the ratio is 1 and the loss
-    is the plain group-normalised policy gradient (PAPER.md section 1.2); the clip matters only for
+    is the plain group-normalised policy gradient (docs/paper.md section 1.2); the clip matters only for
     several steps on one batch. `total_*` default to this batch's own counts; pass the whole step's
     counts when this is one micro-batch of several.
     """

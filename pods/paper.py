@@ -122,7 +122,7 @@ class Cluster:
     hardware: str
     prefix: str
     model: str
-    eval_log_calls: int    # wandb log calls per evaluation (PAPER.md 4.1), for inferred_optimizer_steps
+    eval_log_calls: int    # wandb log calls per evaluation (docs/paper.md 4.1), for inferred_optimizer_steps
     horizon_s: int = 1800  # the authors plot and measure 0-30 min
     grid_s: int = 120
 
@@ -366,7 +366,7 @@ def inferred_optimizer_steps(wandb_steps: Sequence[int], grad_accum: int, eval_l
 
     In the authors' TRL fork every micro-step and reward function logs to wandb, so `_step`
     advances 3 x GA + 5 per optimiser step and `eval_log_calls` per evaluation, 2 fewer at the
-    first (PAPER.md 4.1). On the released runs (5 calls on the H100s, 45 on the A100s) this gives
+    first (docs/paper.md 4.1). On the released runs (5 calls on the H100s, 45 on the A100s) this gives
     whole numbers at every evaluation but the last of some runs (2 counts off: the end-of-training
     logs), hence the rounding; counts that fit no whole number of steps stop the import. The last
     evaluation may repeat the step before it: training stopped before another optimiser step and
@@ -379,7 +379,7 @@ def inferred_optimizer_steps(wandb_steps: Sequence[int], grad_accum: int, eval_l
     if misfit or steps[0] < 1 or any(b <= a for a, b in zip(steps, steps[1:-1])) or (
             len(steps) > 1 and steps[-1] < steps[-2]):
         raise ValueError(f"wandb _step {list(wandb_steps)[:6]}... does not fit {per_step} log calls per optimiser "
-                         f"step and {eval_log_calls} per evaluation (GA {grad_accum}; PAPER.md 4.1)")
+                         f"step and {eval_log_calls} per evaluation (GA {grad_accum}; docs/paper.md 4.1)")
     return steps
 
 
@@ -440,7 +440,7 @@ def import_cluster(src: Path, name: str, cluster: Cluster, out: Path) -> tuple[l
             train_time_s=float(times.max()), wall_time_s=None,
             s_per_step=float(times[at_30]) / optimizer_steps[at_30], steps_at_horizon=optimizer_steps[at_30],
             s_per_step_source="training time / optimiser steps at the evaluation nearest 30 min, the steps "
-                              "inferred from wandb _step (inferred_optimizer_steps, PAPER.md 4.1)",
+                              "inferred from wandb _step (inferred_optimizer_steps, docs/paper.md 4.1)",
             s_per_step_authors=cluster.horizon_s * ga / step_30, wandb_step_at_horizon=step_30,
             phase_s_per_step={}, base_evaluation=False,  # the exports start at the first logged evaluation
             source=f"{RELEASE_REPO}@{RELEASE_COMMIT[:7]}:results/{name}-{{acc,length}}.csv "
@@ -630,7 +630,7 @@ def figure_curves(evals: pd.DataFrame, fig: PaperFigure, value: str = "accuracy"
 
 def paper_step_times(evals: pd.DataFrame, summaries: pd.DataFrame, fig: PaperFigure) -> dict[str, float]:
     """The bar heights the paper shows: the mean over runs of horizon / steps (single GPU), or the
-    authors' 1800 x GA / mean wandb _step at 30 min (multi-GPU; see PAPER.md 4.1)."""
+    authors' 1800 x GA / mean wandb _step at 30 min (multi-GPU; see docs/paper.md 4.1)."""
     bars = {}
     for method in fig.methods:
         runs = summaries[(summaries["benchmark"] == fig.benchmark) & (summaries["hardware"] == fig.hardware)
@@ -772,7 +772,7 @@ def build_paper_outputs(runs_root: str | os.PathLike, out_dir: str | os.PathLike
         if name not in requested:
             continue
         bars = paper_step_times(evals, summaries, fig)
-        bar_label = ("Seconds per Global Step\n(authors' formula, see PAPER.md 4.1)"
+        bar_label = ("Seconds per Global Step\n(authors' formula, see docs/paper.md 4.1)"
                      if fig.design == "equal_generation" else "Seconds per Training Step")
         colors = {labels[m]: c for m, c in plots.method_colors(fig.methods).items()}
         scale = UNIT_S[fig.time_unit]

@@ -57,7 +57,7 @@ def max_variance(rewards: torch.Tensor, m: int, generator: torch.Generator | Non
     """The size-m subset with the largest reward variance.
 
     Some variance-maximising subset is always the k highest rewards plus the m - k lowest, for some
-    k in 0..m (convexity of the variance in any single element; PAPER.md section 1.3). So: sort once,
+    k in 0..m (convexity of the variance in any single element; docs/paper.md section 1.3). So: sort once,
     take prefix sums of r and r^2 from the top and from the bottom, and score all m + 1 splits at
     once: O(n log n + m) per group, vectorised over groups, no loop over groups or splits.
     """
@@ -87,7 +87,7 @@ def max_variance(rewards: torch.Tensor, m: int, generator: torch.Generator | Non
 
 @register_rule("max_reward")
 def max_reward(rewards: torch.Tensor, m: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    """The m highest rewards (the paper's ablation; it collapses, PAPER.md section 3.3)."""
+    """The m highest rewards (the paper's ablation; it collapses, docs/paper.md section 3.3)."""
     return _keep_top_and_bottom(rewards, _sorted_values(rewards), torch.full((len(rewards),), m), m)
 
 

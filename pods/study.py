@@ -366,7 +366,7 @@ class Study:
         return rows
 
     def _check_design(self, comparison: Comparison) -> None:
-        """The paper's two designs fix what the arms share (PAPER.md 2.1.6 and 2.2)."""
+        """The paper's two designs fix what the arms share (docs/paper.md 2.1.6 and 2.2)."""
         if comparison.name in UNCHECKED_DESIGN:
             return
         where = comparison.where

@@ -131,7 +131,7 @@ def test_default_grid_is_the_shared_schedule_or_a_regular_one():
 
 
 # --------------------------------------------------------------------------------------------
-# Time to target (PAPER.md 2.3)
+# Time to target (docs/paper.md 2.3)
 # --------------------------------------------------------------------------------------------
 def curve(t, y):
     return pd.DataFrame({"t": np.asarray(t, float), "mean": np.asarray(y, float)})

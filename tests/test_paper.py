@@ -1,10 +1,10 @@
-"""The importer of the authors' released results, and our numbers on them against PAPER.md.
+"""The importer of the authors' released results, and our numbers on them against docs/paper.md.
 
 Three kinds of tests:
 - on synthetic files that tests/fixtures/paper/make_fixtures.py writes into a temporary folder
   (every release format the local copy lacks, known answers), always;
 - on the local copy of the release in ../shared/paper-results: our analysis must give the
-  numbers PAPER.md section 3 recomputed with the authors' own aggregation;
+  numbers docs/paper.md section 3 recomputed with the authors' own aggregation;
 - end to end on the local copy plus the synthetic files: `pods paper import` and
   `snakemake paper_figures` produce every figure and table, the Llama and A100 settings included.
 The last two are skipped (with the reason) only where that folder is absent, and fail instead under CI.
@@ -348,7 +348,7 @@ def test_manifest_pins_the_files_of_the_local_copy():
 
 
 # --------------------------------------------------------------------------------------------
-# Our analysis on the authors' data gives the paper's numbers (PAPER.md section 3)
+# Our analysis on the authors' data gives the paper's numbers (docs/paper.md section 3)
 # --------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def release_tables(tmp_path_factory):
@@ -403,7 +403,7 @@ def test_the_decomposition_of_the_papers_settings(release_tables):
                                                      / (3 * 3600 / gsm8k["steps_baseline"]))
     assert gsm8k["s_per_step_method"] / gsm8k["s_per_step_baseline"] == pytest.approx(10.12 / 7.56, abs=0.01)
     assert gsm8k["speedup"] == pytest.approx(gsm8k["step_efficiency"] / gsm8k["step_cost_ratio"])
-    # the 8-GPU steps are inferred from wandb's log-call counter (PAPER.md 4.1: ~77 s vs ~48 s)
+    # the 8-GPU steps are inferred from wandb's log-call counter (docs/paper.md 4.1: ~77 s vs ~48 s)
     h100 = summary.loc[("h100x8", "paper", "0.99")]
     assert 70 < h100["s_per_step_baseline"] < 85 and 44 < h100["s_per_step_method"] < 52
 
@@ -423,7 +423,7 @@ def _curve(release_tables, figure, method, value="accuracy"):
 
 
 def test_main_curves_equal_the_paper_tables(release_tables):
-    # PAPER.md 3.1 (a), (b): base model, then 0.5 h ... 6 h
+    # docs/paper.md 3.1 (a), (b): base model, then 0.5 h ... 6 h
     gsm8k = {"grpo-n16-m16": [59.95, 79.11, 79.45, 79.78, 80.65, 80.72, 81.27, 81.19, 81.64, 81.44, 81.32, 81.28, 80.76],
              "pods-max_variance-n64-m16": [59.95, 79.10, 80.57, 80.98, 81.27, 81.72, 81.75, 82.46, 82.46, 82.44,
                                            82.45, 82.63, 82.60]}
@@ -446,12 +446,12 @@ def test_h100_curves_and_bars_equal_the_paper(release_tables):
     bars = paper.paper_step_times(release_tables["evals"], release_tables["summaries"], paper.PAPER_FIGURES["h100s"])
     assert round(bars["grpo-n32-m32"], 2) == 21.85 and round(bars["pods-max_variance-n128-m32"], 2) == 10.09
     lengths = _curve(release_tables, "h100s", "pods-max_variance-n128-m32", "mean_length")["mean"]
-    assert round(lengths.max()) == 413 and round(lengths.iloc[-1]) == 283  # PAPER.md 3.4
+    assert round(lengths.max()) == 413 and round(lengths.iloc[-1]) == 283  # docs/paper.md 3.4
 
 
 def test_ablation_table_equals_the_paper(release_tables):
     table = release_tables["ablations"].set_index(["ablation", "method"])
-    expected = {  # PAPER.md 3.3: (peak, s/step, time to 80.82 in h)
+    expected = {  # docs/paper.md 3.3: (peak, s/step, time to 80.82 in h)
         ("n_scaling", "grpo-n16-m16"): (81.64, 7.56, 3.0),
         ("n_scaling", "pods-max_variance-n32-m16"): (82.44, 7.95, 2.5),
         ("n_scaling", "pods-max_variance-n64-m16"): (82.63, 10.12, 1.5),

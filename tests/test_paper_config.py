@@ -74,7 +74,7 @@ def test_paper_matrix_matches_the_paper():
                 for method in [comp["baseline"], *comp["methods"]]:
                     runs[(bench, hw, method)] = len(comp.get("seeds", paper["seeds"]))
     gsm8k = {parse_method(m) for (b, hw, m) in runs if b == "gsm8k"}
-    # PAPER.md 2.1.6: n in {16, 32, 64, 128, 256} at m = 16; m in {16, 8, 4, 2} at n = 64; 3 rules
+    # docs/paper.md 2.1.6: n in {16, 32, 64, 128, 256} at m = 16; m in {16, 8, 4, 2} at n = 64; 3 rules
     assert {x.n for x in gsm8k if x.m == 16 and x.rule in ("identity", "max_variance")} == {16, 32, 64, 128, 256}
     assert {x.m for x in gsm8k if x.n == 64 and x.rule == "max_variance"} == {16, 8, 4, 2}
     assert {x.rule for x in gsm8k if (x.n, x.m) == (64, 16)} == {"max_variance", "max_reward", "random"}
@@ -85,7 +85,7 @@ def test_paper_matrix_matches_the_paper():
     assert sum(runs.values()) == 160
     bench = paper["benchmarks"]
     assert bench["gsm8k-llama"]["train"]["beta"] == 0.04 and bench["gsm8k-llama"]["task"] == "gsm8k_llama"
-    # budgets and evaluation cadences of PAPER.md 2.1.7 and 2.2
+    # budgets and evaluation cadences of docs/paper.md 2.1.7 and 2.2
     defaults = load("config/train-paper.yaml")
     assert (defaults["max_train_time_s"], defaults["eval_every_s"]) == (6 * 3600, 30 * 60)
     assert (bench["gsm8k-llama"]["train"]["max_train_time_s"], bench["gsm8k-llama"]["train"]["eval_every_s"]) == (5400, 600)

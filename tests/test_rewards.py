@@ -1,4 +1,4 @@
-"""The paper's reward functions on realistic GSM8K / MATH completions (PAPER.md 2.1.5 and 2.2)."""
+"""The paper's reward functions on realistic GSM8K / MATH completions (docs/paper.md 2.1.5 and 2.2)."""
 import pytest
 
 from pods.tasks import rewards as R

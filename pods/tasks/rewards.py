@@ -1,7 +1,7 @@
 """The paper's prompts and reward functions for GSM8K / MATH, as small pure functions.
 
 Every reward is `fn(completion: str, gold: str) -> float`, registered by name in `REWARDS`.
-Correctness is graded with math-verify. The format terms follow the setting (PAPER.md 2.1.5, 2.2):
+Correctness is graded with math-verify. The format terms follow the setting (docs/paper.md 2.1.5, 2.2):
 
 - `gsm8k`    (single GPU, Qwen, GSM8K):  1.0 if correct, else format_score + xml_count (in [0, 0.2]).
              Correct answers get no format bonus, so a group's rewards are "1.0 or a bit of credit".
@@ -201,7 +201,7 @@ REWARDS: Registry[Callable[[str, str], float]] = Registry("reward", {
 })
 
 
-# Evaluation metrics, each in {0, 1} per completion (PAPER.md 2.1.8 and 2.2).
+# Evaluation metrics, each in {0, 1} per completion (docs/paper.md 2.1.8 and 2.2).
 def ans_acc(completion: str, gold: str) -> float:
     return float(is_correct(completion, gold))
 

@@ -1,6 +1,6 @@
 """`deepspeed` update engine: full fine-tuning under DeepSpeed ZeRO-1/2/3, one process per device.
 
-The paper's multi-GPU setting (PAPER.md 2.2: accelerate + ZeRO-2, 8 processes, bf16). Started by
+The paper's multi-GPU setting (docs/paper.md 2.2: accelerate + ZeRO-2, 8 processes, bf16). Started by
 a launcher (deepspeed, torchrun or accelerate), every process builds this engine; they then train
 one model together.
 

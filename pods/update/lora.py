@@ -1,6 +1,6 @@
 """`lora` update engine: the `torch` engine training a peft LoRA adapter on a frozen base.
 
-The paper's single-GPU setting (PAPER.md 2.1.3): rank 64, alpha 64 on every attention and MLP
+The paper's single-GPU setting (docs/paper.md 2.1.3): rank 64, alpha 64 on every attention and MLP
 projection, a 4-bit base (QLoRA-style, bitsandbytes) and 8-bit AdamW. bitsandbytes >= 0.50 runs
 both on a CPU as well (tests/test_bnb.py runs the l40s-lora recipe there and lists which of its
 operations use a CPU kernel and which a generic torch fallback). The reference policy is the

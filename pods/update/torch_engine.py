@@ -119,7 +119,7 @@ class TorchUpdateEngine(UpdateEngine):
         self.optimizer = make_optimizer([p for p in self.policy.parameters() if p.requires_grad], config)
         self.scheduler = warmup_schedule(self.optimizer, config.lr_warmup_steps)
         # The reference model exists only when something reads it: with beta == 0 the KL term is
-        # zero, so its forward passes would be pure cost (the authors paid it, PAPER.md 4.7;
+        # zero, so its forward passes would be pure cost (the authors paid it, docs/paper.md 4.7;
         # `always_compute_ref` reproduces that cost).
         self.reference = None
         if config.beta > 0 or config.always_compute_ref:
