@@ -191,6 +191,13 @@ class TrainConfig:
         default=60.0, metadata={"help": "Save a resumable checkpoint every this many seconds of training time; 0: every step."}
     )
 
+    # ---- live tracking (pods.tracking): process 0 sends every step record and evaluation as it is written
+    report_to: list = field(
+        default_factory=list,
+        metadata={"help": "Trackers to report to: any of tensorboard, wandb, trackio (`pip install 'pods[track]'`); "
+                          "[]: none. The run's JSONL files are written either way and stay the source of truth."},
+    )
+
     # ---- engines and numerics
     rollout_engine: str = field(default="hf", metadata={"help": "Rollout engine in `pods.rollout.ROLLOUT_ENGINES`."})
     update_engine: str = field(default="torch", metadata={"help": "Update engine in `pods.update.UPDATE_ENGINES`."})
@@ -352,6 +359,9 @@ class TrainConfig:
         need(self.eval_every_steps is None or self.eval_every_steps >= 1, "eval_every_steps", "must be >= 1 or null")
         need(self.eval_items is None or self.eval_items >= 1, "eval_items", "must be >= 1 or null")
         need(not (self.eval_greedy and self.eval_repeats > 1), "eval_repeats", "must be 1 with eval_greedy (repeats would be identical)")
+        from pods.tracking import check_report_to
+
+        need(check_report_to(self.report_to) is None, "report_to", check_report_to(self.report_to) or "")
         for key in ("hardware", "run_dir", "base_model", "device"):
             need(bool(getattr(self, key)), key, "must not be empty")
         return self
@@ -407,6 +417,11 @@ def coerce_field(fields: Mapping[str, dataclasses.Field], key: str, value: Any, 
             return str(value)
     elif base == "dict":
         if isinstance(value, dict):
+            return value
+    elif base == "list":
+        if isinstance(value, str):  # `report_to=tensorboard`: a list of one
+            return [value] if value else []
+        if isinstance(value, list) and all(isinstance(item, str) for item in value):
             return value
     raise ValueError(f"{word} {key!r} must be {base}{' or null' if optional else ''}, got {value!r}")
 

@@ -184,9 +184,16 @@ class Interval(NamedTuple):
 
 def _expansion(k: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
     """Hesterberg's expanded percentile: the small-sample correction sqrt(k / (k - 1)) of the
-    bootstrap's variance and the t quantile on 2k - 2 degrees of freedom (two arms of k seeds)."""
+    bootstrap's variance and the t quantile on 2k - 2 degrees of freedom (two arms of k seeds).
+    One seed has no spread to resample: NaN, and the intervals below are then empty with p = 1."""
     k = np.asarray(k, dtype=float)
-    return np.sqrt(k / (k - 1)), 2 * k - 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(k >= 2, np.sqrt(k / (k - 1)), np.nan), np.where(k >= 2, 2 * k - 2, np.nan)
+
+
+def _undecided(estimate: np.ndarray) -> Interval:
+    nan = np.full(np.shape(estimate), np.nan)
+    return Interval(nan, nan.copy(), np.ones(np.shape(estimate)))
 
 
 def percentile(replicates: np.ndarray, estimate: np.ndarray, k) -> Interval:
@@ -200,6 +207,8 @@ def percentile(replicates: np.ndarray, estimate: np.ndarray, k) -> Interval:
 def expanded(replicates: np.ndarray, estimate: np.ndarray, k: int) -> Interval:
     """The expanded percentile bootstrap: percentile quantiles at Phi(-sqrt(k/(k-1)) t_{0.975, 2k-2})."""
     scale, df = _expansion(k)
+    if not np.isfinite(scale):
+        return _undecided(estimate)
     tail = float(sps.norm.cdf(-scale * sps.t.ppf(1 - ALPHA / 2, df)))
     lo, hi = np.nanquantile(replicates, [tail, 1 - tail], axis=-1)
     # p: the level at which an end of the interval touches 0 (the quantile map above, inverted).
@@ -218,6 +227,8 @@ def expanded(replicates: np.ndarray, estimate: np.ndarray, k: int) -> Interval:
 def t_boot(replicates: np.ndarray, estimate: np.ndarray, k) -> Interval:
     """A t interval around the estimate with the bootstrap SD x sqrt(k/(k-1)) on 2k - 2 df."""
     scale, df = _expansion(k)
+    if not np.all(np.isfinite(scale)):
+        return _undecided(estimate)
     se = np.nanstd(replicates, axis=-1, ddof=1) * scale
     q = sps.t.ppf(1 - ALPHA / 2, df)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -46,12 +46,15 @@ from pods.runs import (RUN_FILES, RunDirError, RunFailed, RunInterrupted, RunLoc
                        describe_holder, produced_files, read_jsonl, truncate_jsonl)
 from pods.selection import select
 from pods.timing import Heartbeat, PhaseTimer, TrainClock
+from pods.tracking import FOLDER as TRACKING
+from pods.tracking import REPORTING_KEYS, Tracker, hardware_profile
 from pods.update import make_update_engine
 
 CHECKPOINT = "checkpoint"  # the folder of pods.checkpoint's files
 # Keys that may differ when a run is started again: a larger budget extends a finished run, and a
 # run directory that was moved (or copied from a clone) is still the same run.
-RESUMABLE_CHANGES = {"max_train_time_s", "max_steps", "run_dir"}
+# Live tracking can be turned on or off for a run that continues: it reports, it does not train.
+RESUMABLE_CHANGES = {"max_train_time_s", "max_steps", "run_dir", *REPORTING_KEYS}
 
 
 # --- processes -----------------------------------------------------------------------------------
@@ -222,6 +225,7 @@ def clear_run_dir(run_dir: Path) -> None:
     for name in (*RUN_FILES, "config.yaml"):
         (run_dir / name).unlink(missing_ok=True)
     shutil.rmtree(run_dir / CHECKPOINT, ignore_errors=True)
+    shutil.rmtree(run_dir / TRACKING, ignore_errors=True)  # a new tracker run, not the old one continued
 
 
 def resume_or_start(cfg: TrainConfig, run_dir: Path, updater) -> tuple[Progress, dict | None, str | None]:
@@ -407,6 +411,9 @@ def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every
               + (f" (the last attempt failed at step {failed['step']}: {failed['reason']})" if failed else ""),
               flush=True)
     prompts = PromptStream(task.train_problems(cfg.seed), cfg.seed, state.data_position)
+    # process 0 reports each record as it is appended to the JSONL files (resume: the same tracker run)
+    tracker = Tracker(cfg.report_to if lead else [], run_dir, resume_step=state.step, metadata={
+        "config": cfg.to_dict(), "provenance": origin, "hardware": hardware_profile(cfg.hardware)})
 
     def train_time() -> float:
         """The training clock, process 0's everywhere: every process must take the same branches."""
@@ -425,7 +432,8 @@ def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every
         seconds = timer.take("eval")
         state.eval_s += seconds
         if lead:
-            append_jsonl(run_dir / "evals.jsonl", record | result | {"eval_s": round(seconds, 4)})
+            append_jsonl(run_dir / "evals.jsonl", record := record | result | {"eval_s": round(seconds, 4)})
+            tracker.log_eval(record)
             if not progress_bar:  # a log file gets one line per evaluation instead of a bar
                 print(f"step {state.step} | train {record['train_time_s']:.1f} s | accuracy {result['accuracy']:.3f} "
                       f"| mean length {result['mean_length']:.1f}", flush=True)
@@ -516,6 +524,7 @@ def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every
             }
             if lead:
                 append_jsonl(run_dir / "steps.jsonl", record)
+                tracker.log_step(record)
 
             # 4. evaluation and checkpoints on their schedules, off the training clock
             now = train_time()
@@ -555,6 +564,8 @@ def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every
                           failure={"step": failed_step, "reason": reason, "checkpoint_step": checkpoint_step})
         raise RunFailed(f"{run_dir}: stopped: {reason}; summary.json records the failure and the last good "
                         f"checkpoint (step {checkpoint_step}) is kept") from None
+    finally:
+        tracker.close()
     bar.close()
 
     summary = checkpoint("complete")

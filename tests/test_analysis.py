@@ -351,3 +351,17 @@ def test_infinite_numbers_print_as_what_they_mean_in_their_column():
     assert analysis._fmt(float("inf")) == "inf" and analysis._fmt(float("-inf")) == "-inf"
     assert analysis._fmt(float("nan")) == "" and analysis._fmt(1.23456) == "1.235"
     assert analysis._seeds_text(float("inf")) == f"> {LADDER[-1]}" and analysis._seeds_text(8.0) == "8"
+
+
+def test_one_seed_per_arm_gives_estimates_without_intervals_and_decides_nothing(tmp_path):
+    """A study of one seed (a smoke test, a first look) is summarised: estimates, no interval
+    (one seed has no spread to resample), p = 1, every verdict undecided."""
+    make_study_runs(tmp_path)
+    study = [{"name": "main", "benchmark": "arith", "hardware": "cpu", "design": "equal_update", "align": "nearest",
+              "baseline": "grpo-n4-m4", "method": "pods-max_variance-n16-m4", "seeds": [0]}]
+    tables = analysis.load_runs(tmp_path)
+    table = analysis.summarize_study(study, tables.evals, tables.steps, n_boot=200, power=False)
+    rows = table.set_index("endpoint")
+    assert rows.loc["paper_0.99", "speedup"] > 1 and set(table["n_seeds_baseline"]) == {1}
+    assert table["ci_low"].isna().all() and table["ci_high"].isna().all()
+    assert set(table["verdict_adjusted"].dropna()) <= {"undecided"}
