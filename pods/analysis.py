@@ -900,11 +900,15 @@ def project(summary: str | os.PathLike, paper: str | os.PathLike | None, costs: 
     out_dir = Path(out_dir)
     decomposition = decomposition_table(ours, theirs)
     projection = projection_table(ours, cost_sources(theirs, costs))
+    if theirs is not None and costs:  # the paper's step efficiency onto the measured machines too
+        carried = projection_table(theirs, cost_sources(None, costs))
+        carried["setting"] = "paper " + carried["setting"]
+        projection = pd.concat([projection, carried], ignore_index=True)
     written = []
     for name, table, heading in (
             ("decomposition", decomposition, "speedup = step efficiency / step-cost ratio, ours and the paper's"),
-            ("projection", projection, "PROJECTIONS, not measurements: our step efficiency / another machine's "
-                                       "step-cost ratio")):
+            ("projection", projection, "PROJECTIONS, not measurements: a step efficiency (ours, or the paper's "
+                                       "onto a measured machine) / another machine's step-cost ratio")):
         write_csv(table, out_dir / f"{name}.csv")
         atomic_write_text(out_dir / f"{name}.md", f"## {heading} (docs/verdict.md)\n\n" + to_markdown(table))
         written += [out_dir / f"{name}.csv", out_dir / f"{name}.md"]

@@ -494,7 +494,7 @@ def projection_figure(decomposition: pd.DataFrame, projection: pd.DataFrame, ste
     if measured.empty and projected.empty:
         raise ValueError(f"nothing to draw in {stem}")
     with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(9, 6.5), constrained_layout=True)
+        fig, ax = plt.subplots(figsize=(10, 9), constrained_layout=True)
         for (source, design), part in measured.groupby(["source", "design"], sort=False):
             ax.errorbar(part["step_cost_ratio"], part["speedup"], yerr=np.vstack([
                 np.clip(part["speedup"] - part["ci_low"], 0, None), np.clip(part["ci_high"] - part["speedup"], 0, None)]),
@@ -515,14 +515,16 @@ def projection_figure(decomposition: pd.DataFrame, projection: pd.DataFrame, ste
             ax.errorbar(part["step_cost_ratio"], part["projected_speedup"], yerr=np.vstack([
                 np.clip(part["projected_speedup"] - part["projected_ci_low"], 0, None),
                 np.clip(part["projected_ci_high"] - part["projected_speedup"], 0, None)]),
-                fmt="o", mfc="white", color=color, capsize=3, markersize=8, label=f"projection: {setting} onto {', '.join(part['projected_onto'])}")
+                fmt="o", mfc="white", color=color, capsize=3, markersize=8,
+                label=f"projection: {setting} onto {', '.join(name.split(' (')[0] for name in part['projected_onto'])}")
         _log_axes(ax)
         _speedup_lines(ax, x_range, slope_of_speedup=False)
         ax.set_xlabel("Step-cost ratio (PODS s/step / baseline s/step)")
         ax.set_ylabel("Speedup to the target")
-        ax.set_title(f"Measured and projected speedups ({rule} rule); hollow = projection")
+        ax.set_title(f"Measured and projected speedups ({rule} rule); hollow = projection", fontsize=11)
         ax.grid(alpha=0.3, which="both")
-        ax.legend(loc="best", fontsize=8)
+        # below the axes: one line per projected setting names every machine it is carried to
+        ax.legend(loc="upper left", bbox_to_anchor=(0, -0.12), fontsize=8, ncol=1, frameon=False)
         return save_figure(fig, stem)
 
 
