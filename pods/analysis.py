@@ -55,11 +55,11 @@ from pods import stats, verdict
 from pods.atomic import atomic_write_text
 from pods.config import parse_method
 from pods.registry import Registry
+from pods.study import DESIGNS
+from pods.timing import STEP_PHASES as PHASES
 
 RUN_KEYS = ["benchmark", "hardware", "method", "seed"]
 EVAL_COLUMNS = RUN_KEYS + ["step", "train_time_s", "eval_set", "accuracy", "mean_length"]
-DESIGNS = ("equal_update", "equal_generation")
-PHASES = ("generate", "reward", "select", "logprob", "update")
 Z95 = 1.96  # the paper's bands are +-1.96 SEM across seeds
 
 

@@ -178,7 +178,8 @@ def phase_bar_figure(table: pd.DataFrame, stem: str | os.PathLike, title: str | 
         return save_figure(fig, stem)
 
 
-RULE_COLORS = {"identity": "#BB0011", "max_variance": "#1166CC", "max_reward": "#00AA55", "random": "#EE6611"}
+RULE_COLORS = {"identity": "#BB0011", "max_variance": "#1166CC", "max_reward": "#00AA55", "random": "#EE6611",
+               "max_abs_advantage": "#8844AA"}
 
 
 def method_colors(methods: Sequence[str]) -> dict[str, str]:

@@ -35,11 +35,11 @@ from typing import Any, Callable, Mapping, Sequence, TypedDict
 
 from pods.atomic import atomic_write_text
 from pods.config import parse_method
+from pods.timing import STEP_PHASES  # the step record has one `<phase>_s` per phase
 
 LOCK_FILE = ".lock"
 RUN_FILES = ("steps.jsonl", "evals.jsonl", "summary.json")  # what a run has produced
 STATUSES = ("running", "complete", "failed", "interrupted")
-STEP_PHASES = ("generate", "reward", "select", "logprob", "update")
 # Where a run lives under a study's runs folder; `run_key` reads the components back.
 RUN_LAYOUT = "{benchmark}/{hardware}/{method}/seed{seed}"
 RUN_KEY = ("benchmark", "hardware", "method", "seed")

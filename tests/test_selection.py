@@ -4,7 +4,7 @@ from itertools import combinations
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from pods.selection import SELECTION_RULES, select
@@ -116,7 +116,7 @@ def test_identity_and_types():
         (np.zeros((2, 2, 2)), 1, "max_variance", "shape"),
         (np.array([[0.0, 1.0], [np.nan, 1.0]]), 1, "max_variance", "group 1"),
         (np.array([[0.0, np.inf]]), 1, "max_reward", "group 0"),
-        (np.zeros((2, 4)), 2, "entropy", "unknown selection rule .entropy.; choose from identity, max_reward, max_variance, random"),
+        (np.zeros((2, 4)), 2, "entropy", "unknown selection rule .entropy.; choose from identity, max_abs_advantage, max_reward, max_variance, random"),
     ],
 )
 def test_bad_input_names_the_problem(rewards, m, rule, message):
@@ -125,4 +125,38 @@ def test_bad_input_names_the_problem(rewards, m, rule, message):
 
 
 def test_registry_lists_the_paper_rules():
-    assert {"max_variance", "max_reward", "random", "identity"} <= set(SELECTION_RULES)
+    assert {"max_variance", "max_reward", "random", "identity", "max_abs_advantage"} <= set(SELECTION_RULES)
+
+
+def brute_force_max_abs_advantage(row: np.ndarray, m: int) -> tuple:
+    """Among all size-m subsets with the largest total distance from the group mean (within
+    rounding), the lexicographically first: the rule's tie-break, stated without its sort."""
+    distance = np.abs(row - row.mean())
+    totals = {s: distance[list(s)].sum() for s in combinations(range(len(row)), m)}
+    best = max(totals.values())
+    return min(s for s, t in totals.items() if t >= best - 1e-9 * (1 + best))
+
+
+@settings(max_examples=400, deadline=None)
+@given(groups())
+def test_max_abs_advantage_equals_exhaustive_search(case):
+    rewards, m = case
+    # distances are either tied or apart by far more than rounding (the rule's resolution is
+    # 1e-12 of the largest; a gap near it may fall either way, in the rule as in any sort)
+    for row in rewards:
+        d = np.abs(row - row.mean())
+        gaps = np.abs(d[:, None] - d[None, :])
+        assume(((gaps < 1e-14) | (gaps > 1e-9)).all())
+    kept = select(rewards, m, "max_abs_advantage")
+    for row, idx in zip(rewards, kept):
+        assert tuple(idx.tolist()) == brute_force_max_abs_advantage(row, m)
+
+
+def test_max_abs_advantage_keeps_the_rarer_outcome_first():
+    # 3 right of 8: the right ones lie 0.625 from the mean, the wrong ones 0.375
+    rewards = np.array([[0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0], [0.5] * 8])
+    kept = select(rewards, 4, "max_abs_advantage")
+    assert kept[0].tolist() == [0, 1, 4, 6]  # the three 1s, then the first 0
+    assert kept[1].tolist() == [0, 1, 2, 3]  # all tie: the lowest indices
+    # symmetric rewards whose distances differ only by rounding still tie by index
+    assert select(np.array([[0.1, 0.7, 0.4]]), 2, "max_abs_advantage")[0].tolist() == [0, 1]

@@ -265,3 +265,24 @@ def test_the_committed_runs_are_what_the_study_resolves_now(layer):
             if key not in recorded and resolved[key] == TrainConfig.__dataclass_fields__[key].default_factory():
                 del resolved[key]
         assert recorded == resolved, run
+
+
+def test_the_schemas_design_enum_is_the_packages():
+    """The designs are spelled once in pods.study; the schema's enum is checked against them."""
+    from pods.study import DESIGNS, load_schema
+
+    schema = load_schema()
+    enums = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "equal_update" in node.get("enum", []):
+                enums.append(tuple(node["enum"]))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    assert enums and all(set(e) == set(DESIGNS) for e in enums)

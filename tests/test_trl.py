@@ -95,7 +95,7 @@ def expected_kept(reward: RecordingReward, m: int, rule: str) -> tuple[torch.Ten
     return rewards, kept, ids
 
 
-@pytest.mark.parametrize("rule", ["max_variance", "max_reward", "random"])
+@pytest.mark.parametrize("rule", ["max_variance", "max_abs_advantage", "max_reward", "random"])
 def test_kept_completions_are_select_of_the_same_rewards(base, tmp_path, rule):
     reward = RecordingReward()
     trainer = make_trainer(base, tmp_path, reward=reward, num_kept_generations=3, selection_rule=rule)

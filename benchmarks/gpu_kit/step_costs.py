@@ -38,7 +38,7 @@ from pods.rollout.hf import HFRolloutEngine  # noqa: E402
 from pods.selection import select  # noqa: E402
 
 ARMS = {"GRPO n=16": (16, 16), "PODS n=64->16": (64, 16), "GRPO-GA n=64": (64, 64)}
-PHASES = ("generate", "reward", "select", "logprob", "update")
+from pods.timing import STEP_PHASES as PHASES  # noqa: E402
 # Qwen2.5-3B-Instruct's config.json (architecture only); `tiny` keeps its shape at toy size for CPU
 ARCHS = {
     "qwen2.5-3b": dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,

@@ -94,6 +94,7 @@ class PODSGRPOConfig(GRPOConfig):
 
             - `"max_variance"` (the paper's): the subset whose rewards have the largest variance, always some
               highest plus some lowest rewards.
+            - `"max_abs_advantage"`: the rewards farthest from the group's mean (the largest |advantage|).
             - `"max_reward"`: the highest rewards.
             - `"random"`: uniformly at random, seeded by `seed`.
             - `"identity"`: all of them; needs `num_kept_generations == num_generations`.
@@ -121,7 +122,7 @@ class PODSGRPOConfig(GRPOConfig):
         default="max_variance",
         metadata={
             "help": "Down-sampling rule from `pods.selection.SELECTION_RULES`: 'max_variance' (the paper's), "
-            "'max_reward', 'random', or 'identity' (keeps all)."
+            "'max_abs_advantage', 'max_reward', 'random', or 'identity' (keeps all)."
         },
     )
     normalize_advantages_over: str = field(
