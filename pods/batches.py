@@ -41,6 +41,27 @@ class Rollouts:
     def num_tokens(self) -> int:
         return int(self.completion_mask.sum())
 
+    def take_groups(self, groups: list[int]) -> "Rollouts":
+        """The rollouts of the prompts `groups` (indices into the G prompts), renumbered 0, 1, ..."""
+        rows = torch.tensor([g * self.n + j for g in groups for j in range(self.n)], dtype=torch.long,
+                            device=self.completion_ids.device)
+        return Rollouts([self.prompt_ids[g] for g in groups], self.completion_ids[rows], self.completion_mask[rows],
+                        torch.arange(len(groups), device=self.group.device).repeat_interleave(self.n), self.n)
+
+    @classmethod
+    def concat(cls, parts: list["Rollouts"], pad_id: int) -> "Rollouts":
+        """One batch of the prompts of `parts` in order (completions padded to the longest)."""
+        width = max(p.completion_ids.shape[1] for p in parts)
+
+        def pad(x: torch.Tensor, value: int) -> torch.Tensor:
+            return torch.nn.functional.pad(x, (0, width - x.shape[1]), value=value)
+
+        offsets = torch.tensor([0, *(len(p.prompt_ids) for p in parts)]).cumsum(0)
+        return cls([ids for p in parts for ids in p.prompt_ids],
+                   torch.cat([pad(p.completion_ids, pad_id) for p in parts]),
+                   torch.cat([pad(p.completion_mask, 0) for p in parts]),
+                   torch.cat([p.group + int(offset) for p, offset in zip(parts, offsets)]), parts[0].n)
+
 
 @dataclass
 class UpdateBatch:

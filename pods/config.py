@@ -17,50 +17,58 @@ class Method(NamedTuple):
     rule: str  # "identity" for vanilla GRPO (m == n)
     n: int
     m: int
+    dynamic: bool = False  # DAPO's dynamic sampling (TrainConfig.dynamic_sampling)
 
     @property
     def is_grpo(self) -> bool:
-        return self.rule == "identity"
+        """Vanilla GRPO: every rollout of every group trained, no group dropped."""
+        return self.rule == "identity" and not self.dynamic
 
     @property
     def name(self) -> str:
-        return method_name(self.rule, self.n, self.m)
+        return method_name(self.rule, self.n, self.m, self.dynamic)
 
     @property
     def label(self) -> str:
         """Plot-legend text, in the same vocabulary."""
-        if self.is_grpo:
-            return f"GRPO (n={self.n}, m={self.m})"
-        return f"PODS {self.rule} (n={self.n}, m={self.m})"
+        if self.rule == "identity":
+            return f"{'DAPO' if self.dynamic else 'GRPO'} (n={self.n}, m={self.m})"
+        return f"{'DAPO + ' if self.dynamic else ''}PODS {self.rule} (n={self.n}, m={self.m})"
 
 
-_METHOD_RE = re.compile(r"^(?:grpo|pods-(?P<rule>[a-z_]+))-n(?P<n>\d+)-m(?P<m>\d+)$")
+# grpo-n16-m16 | pods-<rule>-n64-m16 | dapo-n16-m16 | dapo-<rule>-n64-m16
+_METHOD_RE = re.compile(r"^(?P<kind>grpo|pods|dapo)(?:-(?P<rule>[a-z_]+))?-n(?P<n>\d+)-m(?P<m>\d+)$")
+# the same, unanchored and without group names: the Snakemake wildcard constraint of `method`
+METHOD_PATTERN = re.sub(r"\(\?P<\w+>", "(", _METHOD_RE.pattern)[1:-1]
 
 
-def method_name(rule: str, n: int, m: int) -> str:
-    """`grpo-n16-m16` for vanilla GRPO, `pods-max_variance-n64-m16` for a down-sampled run."""
+def method_name(rule: str, n: int, m: int, dynamic: bool = False) -> str:
+    """`grpo-n16-m16` for vanilla GRPO, `pods-max_variance-n64-m16` for a down-sampled run; with
+    DAPO's dynamic sampling `dapo-n16-m16` and `dapo-max_variance-n64-m16`."""
     if m > n or m < 1:
         raise ValueError(f"method needs 1 <= m <= n, got n={n}, m={m}")
     if rule == "identity":
         if m != n:
             raise ValueError(f"rule 'identity' keeps every rollout, so it needs m == n (got n={n}, m={m})")
-        return f"grpo-n{n}-m{m}"
+        return f"{'dapo' if dynamic else 'grpo'}-n{n}-m{m}"
     if m == n:
         raise ValueError(f"rule {rule!r} with m == n (= {n}) selects nothing away: use rule 'identity'")
-    return f"pods-{rule}-n{n}-m{m}"
+    return f"{'dapo' if dynamic else 'pods'}-{rule}-n{n}-m{m}"
 
 
 def parse_method(name: str) -> Method:
     """Inverse of `method_name`."""
     match = _METHOD_RE.match(name)
-    if match is None:
+    kind, rule = (match["kind"], match["rule"]) if match else (None, None)
+    if match is None or (kind == "grpo" and rule) or (kind == "pods" and not rule):
         raise ValueError(
-            f"method {name!r} is not of the form 'grpo-n<N>-m<N>' or 'pods-<rule>-n<N>-m<M>'"
+            f"method {name!r} is not of the form 'grpo-n<N>-m<N>', 'pods-<rule>-n<N>-m<M>', 'dapo-n<N>-m<N>' "
+            "or 'dapo-<rule>-n<N>-m<M>'"
         )
     n, m = int(match["n"]), int(match["m"])
-    rule = match["rule"] or "identity"
+    rule = rule or "identity"
     method_name(rule, n, m)  # validates n, m against the rule
-    return Method(rule, n, m)
+    return Method(rule, n, m, kind == "dapo")
 
 
 # --- the training configuration ------------------------------------------------------------------
@@ -191,6 +199,20 @@ class TrainConfig:
         default=60.0, metadata={"help": "Save a resumable checkpoint every this many seconds of training time; 0: every step."}
     )
 
+    # ---- DAPO's dynamic sampling (the method name's `dapo-` prefix sets it)
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={"help": "Drop every group whose n rewards are all equal (no learning signal) before selection and "
+                          "any per-rollout forward pass, and generate for new prompts until the step has "
+                          "prompts_per_step informative groups or max_generation_rounds rounds ran (DAPO). One "
+                          "process only (torch or lora engine)."},
+    )
+    max_generation_rounds: int = field(
+        default=4,
+        metadata={"help": "dynamic_sampling: generation rounds per step at most; the step then trains on the "
+                          "informative groups it has (on the last round's when none was)."},
+    )
+
     # ---- live tracking (pods.tracking): process 0 sends every step record and evaluation as it is written
     report_to: list = field(
         default_factory=list,
@@ -248,7 +270,7 @@ class TrainConfig:
     # ---- derived values
     @property
     def method(self) -> str:
-        return method_name(self.rule, self.n, self.m)
+        return method_name(self.rule, self.n, self.m, self.dynamic_sampling)
 
     @property
     def groups_per_prompt(self) -> int:
@@ -317,6 +339,10 @@ class TrainConfig:
         else:
             need(self.rule != "identity", "rule", f"'identity' keeps every rollout, so it needs m == n (n={self.n}, m={self.m})")
         need(self.m >= 2, "m", "must be >= 2 (a group advantage needs two rewards)")
+        need(self.max_generation_rounds >= 1, "max_generation_rounds", "must be >= 1")
+        # the deepspeed engine's batch is fixed when it is built; a dynamically sampled step's is not
+        need(not (self.dynamic_sampling and self.update_engine == "deepspeed"), "dynamic_sampling",
+             "runs on one process (update_engine torch or lora), not with deepspeed")
         choice("normalize_over", NORMALIZE_OVER)
         choice("loss_agg", LOSS_AGGREGATIONS)
         choice("rollout_engine", ROLLOUT_ENGINES)

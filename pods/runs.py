@@ -94,6 +94,8 @@ class StepRecord(_StepFields, total=False):
     grad_norm: float
     lr: float
     load_avg_1m: float              # the machine's 1-minute load average after the step
+    generation_rounds: int          # dynamic sampling only: generation rounds the step took
+    groups_dropped: int             # dynamic sampling only: groups generated but not trained
 
 
 def run_path(runs_dir: str, **key: Any) -> str:

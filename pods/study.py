@@ -427,6 +427,8 @@ class Study:
             rule=method.rule, seed=int(run.seed), base_model=self.base_model_dir(run.benchmark),
             run_dir=self.run_dir(run),
         )
+        if method.dynamic:  # `dapo-...`: DAPO's dynamic sampling, part of the run's identity
+            identity["dynamic_sampling"] = True
         return [*layers, (f"the identity of run {self.run_dir(run)}", identity)]
 
     def train_overrides(self, run: Run) -> dict[str, Any]:
@@ -443,9 +445,13 @@ class Study:
         command_line = [(where, {key: parse_value(format_value(value)) for key, value in layer.items()})
                         for where, layer in command_line]
         try:
-            return resolve_train_config([defaults, *command_line])
+            cfg = resolve_train_config([defaults, *command_line])
         except ValueError as exc:
             raise StudyError(str(exc)) from None
+        if cfg.method != run.method:  # a layer set what the method name decides (dynamic_sampling)
+            raise StudyError(f"run {self.run_dir(run)}: its layers make it {cfg.method!r}, not {run.method!r}; "
+                             "the method name decides rule, n, m and dynamic sampling (dapo-...)")
+        return cfg
 
     def train_command(self, run: Run) -> str:
         argv = ["train", "--config", self.trainer_config, *format_overrides(self.train_overrides(run))]

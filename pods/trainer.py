@@ -109,6 +109,29 @@ def zero_variance_frac(rewards: torch.Tensor) -> float:
     return (rewards.max(dim=1).values == rewards.min(dim=1).values).double().mean().item()
 
 
+def dynamic_sample(first: tuple, draw, need: int, per_prompt: int, max_rounds: int, pad_id: int) -> tuple:
+    """DAPO's dynamic sampling: the groups of `first` (rollouts, rewards, problems) whose rewards
+    are not all equal, topped up from `draw(k)` (k fresh prompts, generated and scored) round by
+    round until `need` groups are informative or `max_rounds` rounds ran. A dropped group reaches
+    no selection and no forward pass. Returns (rollouts, rewards, problems, rounds); when no round
+    gave an informative group, the last round's groups (their advantages are all zero)."""
+    kept, have, rounds, batch = [], 0, 1, first
+    while True:
+        rollouts, rewards, problems = batch
+        useful = (rewards.max(dim=1).values != rewards.min(dim=1).values).nonzero().flatten().tolist()
+        useful = useful[: need - have]
+        if useful:
+            kept.append((rollouts.take_groups(useful), rewards[useful], [problems[g] for g in useful]))
+            have += len(useful)
+        if have >= need or rounds >= max_rounds:
+            break
+        batch = draw(math.ceil((need - have) / per_prompt))
+        rounds += 1
+    kept = kept or [batch]
+    return (Rollouts.concat([k[0] for k in kept], pad_id), torch.cat([k[1] for k in kept]),
+            [p for k in kept for p in k[2]], rounds)
+
+
 # --- run state, checkpoints, resume --------------------------------------------------------------
 @dataclass
 class Progress:
@@ -440,6 +463,23 @@ def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every
         state.last_eval_step = state.step
         return result
 
+    def draw(k: int, made: dict) -> tuple[Rollouts, torch.Tensor, list]:
+        """The groups of `k` fresh prompts (this process's share): generated, then scored; what
+        was generated is added up in `made` (a dynamically sampled step draws several times)."""
+        with timer("generate"):
+            problems = [p for p in prompts.take(k)[rank::size] for _ in range(cfg.groups_per_prompt)]
+            prompt_ids = encode_prompts(tokenizer, [task.render_prompt(p, tokenizer) for p in problems])
+            sampler.sync_weights(updater.policy)
+            rollouts = sampler.generate(prompt_ids, cfg.n, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
+        with timer("reward"):
+            rewards = score(task, tokenizer, rollouts, problems)
+        made["rollouts"] += len(rollouts)
+        made["tokens"] += rollouts.num_tokens
+        made["reward_sum"] += rewards.sum().item()
+        made["flat"] += zero_variance_frac(rewards) * len(problems)
+        made["groups"] += len(problems)
+        return rollouts, rewards, problems
+
     def checkpoint(status: str = "running") -> dict | None:
         nonlocal checkpoint_step
         with clock.paused(), timer("checkpoint"):
@@ -477,13 +517,13 @@ def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every
             doing = f"step {state.step + 1}"
             step_start = clock.train
             # 1. n rollouts per prompt, each prompt prefilled once (each process: its share of prompts)
-            with timer("generate"):
-                problems = [p for p in prompts.take(cfg.prompts_per_step)[rank::size] for _ in range(cfg.groups_per_prompt)]
-                prompt_ids = encode_prompts(tokenizer, [task.render_prompt(p, tokenizer) for p in problems])
-                sampler.sync_weights(updater.policy)
-                rollouts = sampler.generate(prompt_ids, cfg.n, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
-            with timer("reward"):
-                rewards = score(task, tokenizer, rollouts, problems)
+            made = dict.fromkeys(("rollouts", "tokens", "reward_sum", "flat", "groups"), 0)
+            rollouts, rewards, problems = draw(cfg.prompts_per_step, made)
+            rounds = 1
+            if cfg.dynamic_sampling:  # DAPO: flat groups dropped, fresh prompts until the step is full
+                rollouts, rewards, problems, rounds = dynamic_sample(
+                    (rollouts, rewards, problems), lambda k: draw(k, made), cfg.groups_per_step,
+                    cfg.groups_per_prompt, cfg.max_generation_rounds, tokenizer.pad_token_id)
             # 2. keep m per prompt; from here on only kept rollouts cost anything
             with timer("select"):
                 kept = select(rewards, cfg.m, cfg.rule)
@@ -504,9 +544,8 @@ def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every
             state.step += 1
 
             phases = timer.lap()
-            generated, tokens, reward_sum, flat, kept_flat, stop = all_sum([
-                len(rollouts), rollouts.num_tokens, rewards.sum().item(),
-                zero_variance_frac(rewards) * len(problems),
+            generated, tokens, reward_sum, flat, groups, trained_groups, kept_flat, stop = all_sum([
+                made["rollouts"], made["tokens"], made["reward_sum"], made["flat"], made["groups"], len(problems),
                 zero_variance_frac(torch.gather(rewards, 1, kept)) * len(problems),
                 float(preemption is not None and preemption.requested),  # every process stops at the same step
             ])
@@ -516,8 +555,11 @@ def train_loop(cfg: TrainConfig, run_dir: Path, *, progress_bar: bool, log_every
                 "rollouts_generated": int(generated), "rollouts_trained": len(batch),
                 "tokens_generated": int(tokens), "tokens_trained": batch.num_tokens,
                 "reward_mean": reward_sum / generated,
-                "zero_variance_frac": flat / cfg.groups_per_step,  # share of groups with no learning signal
-                "kept_zero_variance_frac": kept_flat / cfg.groups_per_step,
+                "zero_variance_frac": flat / groups,  # share of the generated groups with no learning signal
+                "kept_zero_variance_frac": kept_flat / trained_groups,
+                # dynamic sampling: how many generation rounds the step took, how many flat groups it dropped
+                **({"generation_rounds": rounds, "groups_dropped": int(groups - trained_groups)}
+                   if cfg.dynamic_sampling else {}),
                 # what else ran on the machine: runs that share it slow each other's clocks
                 "load_avg_1m": round(os.getloadavg()[0], 3),
                 **metrics,

@@ -255,14 +255,17 @@ def test_the_committed_runs_are_what_the_study_resolves_now(layer):
     fails here, and the runs must be regenerated."""
     from pods.tracking import REPORTING_KEYS
 
+    # keys added after these runs were trained whose defaults leave training as it was: where a run
+    # reports, and DAPO's dynamic sampling (off unless the method is `dapo-...`)
+    added = {*REPORTING_KEYS, "dynamic_sampling", "max_generation_rounds"}
+    fields = TrainConfig.__dataclass_fields__
     s = study(*([layer] if layer else []))
     for run in s.runs:
         recorded = yaml.safe_load((REPO / s.run_dir(run) / "config.yaml").read_text())
         resolved = s.train_configs[run].to_dict()
-        # keys that only say where a run reports (added after these runs were trained, at their
-        # default) do not change what the run trains
-        for key in REPORTING_KEYS:
-            if key not in recorded and resolved[key] == TrainConfig.__dataclass_fields__[key].default_factory():
+        for key in added - recorded.keys():
+            default = fields[key].default_factory() if callable(fields[key].default_factory) else fields[key].default
+            if resolved[key] == default:
                 del resolved[key]
         assert recorded == resolved, run
 
@@ -286,3 +289,24 @@ def test_the_schemas_design_enum_is_the_packages():
 
     walk(schema)
     assert enums and all(set(e) == set(DESIGNS) for e in enums)
+
+
+def test_dapo_arms_are_named_by_their_method_and_dynamic_sampling_follows_the_name():
+    comparisons = [{"name": "alternatives", "design": "equal_update", "benchmarks": ["arith"], "hardware": ["cpu"],
+                    "baseline": "grpo-n16-m16", "methods": ["dapo-n16-m16", "dapo-max_variance-n64-m16",
+                                                            "pods-max_abs_advantage-n64-m16"]}]
+    s = study(comparisons=comparisons, seeds=[0])
+    configs = {run.method: s.train_configs[run] for run in s.runs}
+    assert {m: c.dynamic_sampling for m, c in configs.items()} == {
+        "grpo-n16-m16": False, "dapo-n16-m16": True, "dapo-max_variance-n64-m16": True,
+        "pods-max_abs_advantage-n64-m16": False}
+    assert configs["dapo-max_variance-n64-m16"].rule == "max_variance"
+    assert "dynamic_sampling=true" in s.train_command(next(r for r in s.runs if r.method == "dapo-n16-m16"))
+    # a layer may not turn a GRPO run into a DAPO one behind its name
+    with pytest.raises(StudyError, match=r"its layers make it 'dapo-n16-m16', not 'grpo-n16-m16'"):
+        study(comparisons=comparisons, seeds=[0], train={"dynamic_sampling": True})
+    # nor can a DAPO arm be the GRPO baseline of a comparison, or run under DeepSpeed
+    with pytest.raises(StudyError, match=r"comparisons.0.baseline: 'dapo-n16-m16' does not match '\^grpo-'"):
+        study(comparisons=[{**comparisons[0], "baseline": "dapo-n16-m16", "methods": ["pods-max_variance-n64-m16"]}])
+    with pytest.raises(StudyError, match=r"dynamic_sampling': runs on one process"):
+        study(comparisons=comparisons, seeds=[0], train={"update_engine": "deepspeed"})

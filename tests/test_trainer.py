@@ -198,3 +198,73 @@ def test_short_run_learns_an_easy_task(base, tmp_path):
     steps = read_jsonl(tmp_path / "run" / "steps.jsonl", finished=True)
     times = [s["train_time_s"] for s in steps]
     assert times == sorted(times) and math.isclose(written["train_time_s"], times[-1], rel_tol=0.05, abs_tol=0.05)
+
+
+# --- DAPO's dynamic sampling ---------------------------------------------------------------------
+def fake_round(labels, n=4, flat=()):
+    """A drawn round: one group per label; groups in `flat` get equal rewards, the others 0/1."""
+    from pods.batches import Rollouts
+
+    G = len(labels)
+    rollouts = Rollouts([[i + 1] for i in range(G)], torch.arange(G * n)[:, None].repeat(1, 2 + len(labels[0]) % 2),
+                        torch.ones(G * n, 2 + len(labels[0]) % 2, dtype=torch.long),
+                        torch.arange(G).repeat_interleave(n), n)
+    rewards = torch.tensor([[1.0] * n if g in flat else [0.0, 1.0] * (n // 2) for g in range(G)], dtype=torch.float64)
+    return rollouts, rewards, list(labels)
+
+
+def test_dynamic_sampling_drops_flat_groups_refills_and_stops_at_its_cap():
+    from pods.trainer import dynamic_sample
+
+    draws = []
+
+    def draw(k):  # k fresh prompts; the first refill's first prompt is flat
+        labels = [f"r{len(draws) + 1}p{i}" for i in range(k)]
+        draws.append(labels)
+        return fake_round(labels, flat={0} if len(draws) == 1 else set())
+
+    first = fake_round(["a", "b", "c", "d"], flat={1, 2})
+    rollouts, rewards, problems, rounds = dynamic_sample(first, draw, need=4, per_prompt=1, max_rounds=5, pad_id=0)
+    # b, c and r1p0 (flat) never come back; each refill asks for as many prompts as are missing
+    assert problems == ["a", "d", "r1p1", "r2p0"] and rounds == 3 and draws == [["r1p0", "r1p1"], ["r2p0"]]
+    assert rewards.shape == (4, 4) and bool((rewards.max(1).values > rewards.min(1).values).all())
+    assert rollouts.completion_ids.shape[0] == 16 and rollouts.group.tolist() == [g for g in range(4) for _ in range(4)]
+    assert rollouts.prompt_ids == [[1], [4], [2], [1]]
+    # the rows of a kept group are that group's rows of its round, padded to the widest round
+    assert rollouts.completion_ids[4:8, :2].tolist() == first[0].completion_ids[12:16, :2].tolist()
+    # the cap: every round flat, so rounds stop at max_rounds and the step keeps the last round's
+    draws.clear()
+    all_flat = fake_round(["x", "y"], flat={0, 1})
+    _, rewards, problems, rounds = dynamic_sample(all_flat, lambda k: fake_round([f"z{i}" for i in range(k)], flat=set(range(k))),
+                                                  need=2, per_prompt=1, max_rounds=3, pad_id=0)
+    assert rounds == 3 and problems == ["z0", "z1"] and bool((rewards.max(1).values == rewards.min(1).values).all())
+    # what it has when the cap comes first: the informative groups only
+    _, _, problems, rounds = dynamic_sample(first, lambda k: fake_round(["w"] * k, flat=set(range(k))),
+                                            need=4, per_prompt=1, max_rounds=2, pad_id=0)
+    assert problems == ["a", "d"] and rounds == 2
+
+
+def test_dynamic_sampling_in_the_loop_trains_only_informative_groups(base, tmp_path, monkeypatch):
+    seen = []
+    original_step = TorchUpdateEngine.step
+
+    def spy_step(self, batch, advantages, old_logprobs=None, ref_logprobs=None):
+        seen.append((len(batch), advantages.view(-1, 4).abs().sum(1).gt(0).all().item()))
+        return original_step(self, batch, advantages, old_logprobs, ref_logprobs)
+
+    monkeypatch.setattr(TorchUpdateEngine, "step", spy_step)
+    cfg = config(base, tmp_path / "run", "n=8", "m=4", "rule=max_variance", "dynamic_sampling=true",
+                 "max_generation_rounds=3", "max_steps=4")
+    assert cfg.method == "dapo-max_variance-n8-m4"
+    train(cfg, progress_bar=False)
+    steps = read_jsonl(tmp_path / "run" / "steps.jsonl", finished=True)
+    for record, (rows, informative) in zip(steps, seen):
+        generated_groups = record["rollouts_generated"] // 8
+        assert 1 <= record["generation_rounds"] <= 3
+        assert record["groups_dropped"] == generated_groups - rows // 4
+        assert record["rollouts_trained"] == rows <= 4 * 4
+        if record["groups_dropped"] < generated_groups:  # something informative was found
+            assert record["kept_zero_variance_frac"] == 0.0 and informative
+        # a full step stopped refilling; a short one used every round
+        assert rows == 16 or record["generation_rounds"] == 3
+    assert any(r["generation_rounds"] > 1 for r in steps) or all(r["groups_dropped"] == 0 for r in steps)

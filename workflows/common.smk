@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from pods.config import METHOD_PATTERN
 from pods.runs import run_path
 from pods.study import Study, run_from
 
@@ -22,7 +23,7 @@ COMPARISONS = STUDY.study_rows()
 wildcard_constraints:
     benchmark=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
     hardware=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
-    method=r"(grpo|pods-[a-z_]+)-n\d+-m\d+",
+    method=METHOD_PATTERN,  # pods.config's method names, spelled there once
     seed=r"\d+",
 
 
