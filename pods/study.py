@@ -340,8 +340,9 @@ class Study:
         rows = []
         for i, comp in enumerate(self.config["comparisons"]):
             where = f"comparisons[{i}]"
-            if not parse_method(comp["baseline"]).is_grpo:
-                raise StudyError(f"{where}.baseline: {comp['baseline']!r} is not a vanilla GRPO run")
+            if comp["baseline"] in comp["methods"]:
+                raise StudyError(f"{where}.methods: {comp['baseline']!r} is also the baseline; a run is not "
+                                 f"compared with itself")
             seeds = comp.get("seeds", self.config["seeds"])
             seeds = tuple(range(seeds)) if isinstance(seeds, int) else tuple(seeds)  # a count N: 0 .. N-1
             for label in comp["benchmarks"]:
