@@ -6,6 +6,8 @@
 #   snakemake --report report.html          every figure, captioned
 #
 # Other studies layer a config over the default: --configfile config/{smoke,ablations,large,paper,smollm2}.yaml
+import os
+
 from snakemake.utils import min_version, validate
 
 min_version("8.0")
@@ -15,6 +17,11 @@ configfile: "config/config.yaml"
 
 
 validate(config, "config/schema.yaml")
+
+# Every job this workflow starts (locally or, parsing this file again, on a cluster node) inherits
+# the pinned CPU kernel path: see `aten_cpu_capability` in config/schema.yaml.
+if config.get("aten_cpu_capability"):
+    os.environ["ATEN_CPU_CAPABILITY"] = config["aten_cpu_capability"]
 
 
 report: "workflows/report/workflow.rst"
