@@ -5,7 +5,7 @@
 #   snakemake --cores all paper_figures     the paper's figures from the authors' released results
 #   snakemake --report report.html          every figure, captioned
 #
-# Other studies layer a config over the default: --configfile config/{smoke,ablations,large,paper,smollm2}.yaml
+# Other studies layer a config over the default: --configfile config/{smoke,ablations,alternatives,large,paper,smollm2}.yaml
 import os
 
 from snakemake.utils import min_version, validate

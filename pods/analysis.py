@@ -31,6 +31,8 @@ Study file (`pods analyze --study FILE`): YAML, either a list of comparisons or 
       target_accuracy: 0.45         # optional fixed quality target: the `fixed` endpoint
       align: linear                 # optional alignment (ALIGNERS); the authors' multi-GPU
                                     # runs use `nearest`, as their own plots did
+      axis: time                    # optional: what the curves are aligned by (AXES); `step`
+                                    # reads every "time" of the row in optimiser steps
 
 Summary columns: `endpoint` (pods.verdict.ENDPOINTS), its `question` (a | b) and `role`
 (primary | secondary); `estimate` with `ci_low` / `ci_high` (a speedup for time endpoints, a
@@ -61,6 +63,13 @@ from pods.timing import STEP_PHASES as PHASES
 RUN_KEYS = ["benchmark", "hardware", "method", "seed"]
 EVAL_COLUMNS = RUN_KEYS + ["step", "train_time_s", "eval_set", "accuracy", "mean_length"]
 Z95 = 1.96  # the paper's bands are +-1.96 SEM across seeds
+# What a comparison's curves are aligned by -> the evaluation column that says where each
+# evaluation lies. `time` (training clock) is the paper's protocol; `step` compares the arms at
+# equal optimiser steps (sample efficiency, the protocol of re-implementations that report
+# accuracy per step). On the step axis every *_s column of the summary counts steps, the
+# decomposition into step efficiency and step cost is left out (steps are the axis itself), and
+# the primary endpoints form their own multiplicity family (pods.verdict).
+AXES = {"time": "train_time_s", "step": "step"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -79,11 +88,6 @@ def find_runs(root: str | os.PathLike) -> list[Path]:
     if not runs:
         raise FileNotFoundError(f"no run directories ({{benchmark}}/{{hardware}}/{{method}}/seed<k>) under {base}")
     return runs
-
-
-def run_key(run_dir: str | os.PathLike) -> dict:
-    """benchmark, hardware, method and seed, read from the directory path."""
-    return runfiles.run_key(run_dir)
 
 
 def _as_run_dirs(runs: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
@@ -381,6 +385,8 @@ def validate_comparison(comp: Mapping, where: str = "comparison") -> dict:
         raise ValueError(f"{where}: missing key(s) {', '.join(missing)}")
     if comp["design"] not in DESIGNS:
         raise ValueError(f"{where}: design {comp['design']!r} not in {DESIGNS}")
+    if comp.get("axis", verdict.DEFAULT_AXIS) not in AXES:
+        raise ValueError(f"{where}: axis {comp['axis']!r} not in {tuple(AXES)}")
     for key in ("baseline", "method"):
         try:
             parse_method(comp[key])
@@ -405,6 +411,17 @@ def select_eval_set(rows: pd.DataFrame, benchmark: str, eval_set: str | None = N
     return picked
 
 
+def on_axis(rows: pd.DataFrame, axis: str) -> pd.DataFrame:
+    """Evaluations placed on `axis`: the grid, the alignment and every time rule read
+    `train_time_s`, so the step axis puts the optimiser step there (and nothing else changes)."""
+    column = AXES[axis]
+    if column == "train_time_s":
+        return rows
+    if rows[column].isna().any():
+        raise ValueError(f"{rows['method'].iloc[0]}: evaluations without a {column!r} cannot be aligned by {axis}")
+    return rows.assign(train_time_s=rows[column].astype(float))
+
+
 def _arm(evals: pd.DataFrame, comp: Mapping, method: str) -> pd.DataFrame:
     rows = evals[(evals["benchmark"] == comp["benchmark"]) & (evals["hardware"] == comp["hardware"])
                  & (evals["method"] == method)]
@@ -412,7 +429,7 @@ def _arm(evals: pd.DataFrame, comp: Mapping, method: str) -> pd.DataFrame:
         rows = rows[rows["seed"].isin(comp["seeds"])]
     if rows.empty:
         raise ValueError(f"no evaluations for {comp['benchmark']}/{comp['hardware']}/{method}")
-    return select_eval_set(rows, comp["benchmark"], comp.get("eval_set"))
+    return on_axis(select_eval_set(rows, comp["benchmark"], comp.get("eval_set")), comp.get("axis", verdict.DEFAULT_AXIS))
 
 
 def comparison_grid(comp: Mapping, base: pd.DataFrame, meth: pd.DataFrame) -> np.ndarray:
@@ -444,13 +461,16 @@ def check_grid_covered(comp: Mapping, grid: np.ndarray, rows: pd.DataFrame, how:
 
 
 def comparison_label(comp: Mapping) -> str:
-    return f"{comp['benchmark']} {comp['design']} ({comp['hardware']}): {comp['method']} vs {comp['baseline']}"
+    axis = comp.get("axis", verdict.DEFAULT_AXIS)
+    by = "" if axis == verdict.DEFAULT_AXIS else f", by {axis}"
+    return f"{comp['benchmark']} {comp['design']} ({comp['hardware']}{by}): {comp['method']} vs {comp['baseline']}"
 
 
 def comparison_arms(comp: Mapping, evals: pd.DataFrame, how: str | None = None
                     ) -> tuple[np.ndarray, verdict.Arm, verdict.Arm, pd.DataFrame, pd.DataFrame]:
     """The grid and both arms of a comparison: each seed's curve on the grid and the optimiser
-    steps it had done by each grid time (read off the evaluations' `step`, like the accuracy)."""
+    steps it had done by each grid time (read off the evaluations' `step`, like the accuracy;
+    unknown on the step axis, where the grid is the steps)."""
     how = how or comp.get("align", DEFAULT_ALIGN)
     base, meth = _arm(evals, comp, comp["baseline"]), _arm(evals, comp, comp["method"])
     grid = comparison_grid(comp, base, meth)
@@ -459,7 +479,7 @@ def comparison_arms(comp: Mapping, evals: pd.DataFrame, how: str | None = None
     arms = []
     for rows in (base, meth):
         _, curves = seed_matrix(rows, grid, how=how)
-        if rows["step"].notna().all():
+        if rows["step"].notna().all() and comp.get("axis", verdict.DEFAULT_AXIS) == "time":
             _, steps = seed_matrix(rows, grid, how=how, value="step")  # read off the grid like the curve
         else:
             steps = np.full_like(curves, np.nan)
@@ -530,6 +550,7 @@ def summarize_study(study: Sequence[Mapping], evals: pd.DataFrame, steps: pd.Dat
         common = {
             **({"name": comp["name"]} if "name" in comp else {}),
             "benchmark": comp["benchmark"], "hardware": comp["hardware"], "design": comp["design"],
+            "axis": comp.get("axis", verdict.DEFAULT_AXIS),
             "baseline": comp["baseline"], "method": comp["method"], "eval_set": base["eval_set"].iloc[0],
         }
         tail = {
@@ -548,18 +569,18 @@ def summarize_study(study: Sequence[Mapping], evals: pd.DataFrame, steps: pd.Dat
     for row, (grid, base_arm, meth_arm, fixed) in zip(rows, arms):
         if power and row["role"] == "primary" and row["verdict_adjusted"] == "undecided":
             # at the per-test level Bonferroni gives: Holm decides at least what it decides
-            key = (*(row[k] for k in verdict.ARM_KEYS), row["endpoint"])
+            key = (*(row[k] for k in verdict.ARM_KEYS), row["axis"], row["endpoint"])
             if key not in known:  # the same pair under another comparison name: same answer
                 known[key] = calibration.seeds_to_decide(
                     grid, base_arm.curves, meth_arm.curves, row["endpoint"],
-                    stats.ALPHA / verdict.family_size(rows, row["question"]), seed=seed, fixed=fixed)
+                    stats.ALPHA / verdict.family_size(rows, row["question"], row["axis"]), seed=seed, fixed=fixed)
             row["seeds_to_decide"] = known[key]
     table = pd.DataFrame.from_records(rows)
     return table[[c for c in SUMMARY_COLUMNS if c in table.columns] + [c for c in table.columns if c not in SUMMARY_COLUMNS]]
 
 
 SUMMARY_COLUMNS = [
-    "name", "benchmark", "hardware", "design", "baseline", "method", "eval_set", "question", "endpoint", "role",
+    "name", "benchmark", "hardware", "design", "axis", "baseline", "method", "eval_set", "question", "endpoint", "role",
     "target_rule", "target", "target_accuracy", "plateau", "t_baseline_s", "t_method_s", "speedup",
     "accuracy_baseline", "accuracy_method", "accuracy_diff", "estimate", "interval_method", "ci_low", "ci_high",
     "censored", "p_value", "verdict", "p_adjusted", "multiplicity", "verdict_adjusted", "seeds_to_decide",
@@ -622,7 +643,14 @@ def _interval_text(estimate, lo, hi, digits: int = 3) -> str:
 
 
 def _keys(table: pd.DataFrame) -> list[str]:
-    return [k for k in ("name", "benchmark", "hardware", "design", "baseline", "method") if k in table.columns]
+    return [k for k in ("name", "benchmark", "hardware", "design", "axis", "baseline", "method") if k in table.columns]
+
+
+def _one_axis_hidden(df: pd.DataFrame) -> pd.DataFrame:
+    """A table whose rows are all on one axis does not print it (the paper's studies: time)."""
+    if "axis" in df.columns and df["axis"].nunique() <= 1:
+        return df.drop(columns="axis")
+    return df
 
 
 def question_table(table: pd.DataFrame, question: str) -> pd.DataFrame:
@@ -666,7 +694,7 @@ def verdict_table(table: pd.DataFrame) -> pd.DataFrame:
     keys = _keys(table)
     b = b.rename(columns={c: f"(b) {c}" for c in b.columns if c not in keys})
     a = a.rename(columns={c: f"(a) {c}" for c in a.columns if c not in keys})
-    return a.merge(b, on=keys, how="outer", sort=False)
+    return _one_axis_hidden(a.merge(b, on=keys, how="outer", sort=False))
 
 
 def secondary_table(table: pd.DataFrame) -> pd.DataFrame:
@@ -677,29 +705,39 @@ def secondary_table(table: pd.DataFrame) -> pd.DataFrame:
                      "estimate [95% CI]": _interval_text(rec["estimate"], rec["ci_low"], rec["ci_high"]),
                      "interval": rec["interval_method"], "p": stats.fmt_p(rec["p_value"]),
                      "verdict (unadjusted)": rec["verdict"], "censored": rec.get("censored") or ""})
-    return pd.DataFrame.from_records(rows)
+    return _one_axis_hidden(pd.DataFrame.from_records(rows))
 
 
-SUMMARY_MD_COLUMNS = ["name", "benchmark", "design", "baseline", "method", "endpoint", "role", "target_accuracy",
+SUMMARY_MD_COLUMNS = ["name", "benchmark", "design", "axis", "baseline", "method", "endpoint", "role", "target_accuracy",
                       "plateau", "t_baseline_s", "t_method_s", "estimate", "ci_low", "ci_high", "interval_method",
                       "p_value", "p_adjusted", "verdict", "verdict_adjusted", "seeds_to_decide", "steps_baseline",
                       "steps_method", "step_efficiency", "step_cost_ratio", "s_per_step_baseline",
                       "s_per_step_method"]
 
 
+# How a question reads on an axis other than training time (its section title in summary.md).
+AXIS_WORDS = {"step": "aligned by optimiser steps: every time is a step count"}
+
+
 def summary_markdown(table: pd.DataFrame) -> str:
-    """summary.md: each question's primary verdicts (adjusted), the secondary endpoints, every row."""
+    """summary.md: each question's primary verdicts (adjusted), per axis when the study has more
+    than the training clock, the secondary endpoints, every row."""
     parts = []
-    for q, words in verdict.QUESTIONS.items():
-        qt = question_table(table, q)
-        if qt.empty:
-            continue
-        e = verdict.PRIMARY[q]
-        parts.append(f"## ({q}) {words}: primary endpoint `{e.name}` ({e.interval} 95% interval; "
-                     f"{verdict.MULTIPLICITY}-adjusted over the study's comparisons; docs/verdict.md)\n\n"
-                     + to_markdown(qt))
+    axes = list(dict.fromkeys(table["axis"])) if "axis" in table.columns else [verdict.DEFAULT_AXIS]
+    for axis in axes:
+        part = table[table["axis"] == axis] if "axis" in table.columns else table
+        for q, words in verdict.QUESTIONS.items():
+            qt = question_table(part, q)
+            if qt.empty:
+                continue
+            e = verdict.PRIMARY[q]
+            on = f", {AXIS_WORDS[axis]}" if axis in AXIS_WORDS else ""
+            scope = "comparisons" if len(axes) == 1 else "comparisons on this axis"
+            parts.append(f"## ({q}) {words}{on}: primary endpoint `{e.name}` ({e.interval} 95% interval; "
+                         f"{verdict.MULTIPLICITY}-adjusted over the study's {scope}; docs/verdict.md)\n\n"
+                         + to_markdown(_one_axis_hidden(qt)))
     parts.append("## Secondary endpoints (unadjusted, descriptive)\n\n" + to_markdown(secondary_table(table)))
-    parts.append("## Every row\n\n" + to_markdown(table, SUMMARY_MD_COLUMNS))
+    parts.append("## Every row\n\n" + to_markdown(_one_axis_hidden(table), SUMMARY_MD_COLUMNS))
     return "\n".join(parts)
 
 
@@ -711,6 +749,13 @@ DECOMPOSITION_COLUMNS = ["source", "setting", "design", "hardware", "baseline", 
                          "step_efficiency_ci_high", "step_cost_ratio", "step_cost_ratio_ci_low",
                          "step_cost_ratio_ci_high", "steps_baseline", "steps_method", "s_per_step_baseline",
                          "s_per_step_method", "verdict"]
+
+
+def _on_time(row: Mapping) -> bool:
+    """Speedups are decomposed and projected on the training clock only (a summary written before
+    the axis column existed is on it)."""
+    axis = row.get("axis")
+    return not isinstance(axis, str) or axis == verdict.DEFAULT_AXIS
 
 
 def _setting(row: Mapping) -> str:
@@ -728,7 +773,7 @@ def decomposition_table(ours: pd.DataFrame, paper: pd.DataFrame | None = None,
         if table is None or table.empty:
             continue
         for rec in table.to_dict("records"):
-            if (rec["target_rule"], str(rec["target"])) not in rules:
+            if (rec["target_rule"], str(rec["target"])) not in rules or not _on_time(rec):
                 continue
             rows.append({"source": source, "setting": _setting(rec), **{c: rec.get(c) for c in DECOMPOSITION_COLUMNS
                                                                         if c not in ("source", "setting")}})
@@ -784,7 +829,8 @@ def projection_table(ours: pd.DataFrame, sources: Sequence[Mapping],
     whose two methods it timed. Every row says `kind: projection`."""
     rows = []
     for rec in ours.to_dict("records"):
-        if (rec["target_rule"], str(rec["target"])) not in rules or pd.isna(rec.get("step_efficiency_ci_low")):
+        if (rec["target_rule"], str(rec["target"])) not in rules or pd.isna(rec.get("step_efficiency_ci_low")) \
+                or not _on_time(rec):
             continue
         for src in sources:
             if "costs" in src:
@@ -818,7 +864,8 @@ PROFILE_COLUMNS = ["comparison", "benchmark", "hardware", "design", "baseline", 
 def verdict_views(runs, study_path, out_dir, figures_dir, studies: int = 200, boot: int = 200,
                   seed: int = 0) -> list[Path]:
     """speedup_profile.csv and calibration.csv/.md in `out_dir`; speedup_profile.{png,pdf} and
-    time_to_target.{png,pdf} (Kaplan-Meier) in `figures_dir`, for every comparison of the study."""
+    time_to_target.{png,pdf} (Kaplan-Meier) in `figures_dir`, for every comparison of the study
+    on the training clock."""
     from pods import calibration, plots
 
     study = load_study(study_path)
@@ -829,6 +876,8 @@ def verdict_views(runs, study_path, out_dir, figures_dir, studies: int = 200, bo
         label = comparison_label(comp)
         if label in seen:  # the same two arms under another name (an ablation reusing `main`'s pair)
             continue
+        if comp.get("axis", verdict.DEFAULT_AXIS) != verdict.DEFAULT_AXIS:
+            continue  # these views (and their calibration) are of the wall-clock claim
         seen.add(label)
         grid, base, meth, _, _ = comparison_arms(comp, tables.evals)
         keys = {k: comp[k] for k in ("benchmark", "hardware", "design", "baseline", "method")}

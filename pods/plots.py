@@ -28,8 +28,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from pods import analysis  # noqa: E402
+from pods import analysis, verdict  # noqa: E402
 from pods.config import parse_method  # noqa: E402
+from pods.study import PLOT_KINDS  # noqa: E402
 
 # Paul Tol's colours as the paper uses them, softened the same way; GRPO first (red)
 PALETTE = ["#BB0011", "#1166CC", "#00AA55", "#EE6611", "#AA4499", "#44AA99", "#777777"]
@@ -258,12 +259,13 @@ def plot_runs(runs_root: str | os.PathLike, out_dir: str | os.PathLike, how: str
 
 
 def study_methods(study: Sequence[Mapping], kind: str, benchmark: str, hardware: str,
-                  design: str | None = None) -> dict[str, set | None]:
+                  design: str | None = None, axis: str | None = None) -> dict[str, set | None]:
     """The methods a study figure shows, baseline first, then the compared methods in study order,
     each with the seeds its comparisons declare (None: every seed on disk).
 
     accuracy: the `main` comparisons of that design; n_scaling / m_scaling / rule: the
-    comparisons of that name; length / step_time: every method of the (benchmark, hardware).
+    comparisons of that name; length / step_time: every method of the (benchmark, hardware); any
+    other kind is a comparison name: every arm of its comparisons on `axis` (`alternatives`).
     The seeds matter when studies share a runs folder: the ablations' 3 seeds of a run that the
     main study trains with 5 must be drawn as the ablation table counts them.
     """
@@ -272,6 +274,9 @@ def study_methods(study: Sequence[Mapping], kind: str, benchmark: str, hardware:
         rows = [c for c in rows if c.get("name", "main") == "main" and (design is None or c["design"] == design)]
     elif kind in FAMILY_KINDS:
         rows = [c for c in rows if c.get("name") == kind]
+    elif kind not in ("length", "step_time"):
+        rows = [c for c in rows if c.get("name") == kind
+                and (axis is None or c.get("axis", verdict.DEFAULT_AXIS) == axis)]
     methods: dict[str, set | None] = {}
     for c in rows:
         seeds = set(c["seeds"]) if "seeds" in c else None
@@ -323,12 +328,16 @@ def target_marks(summary: pd.DataFrame | None, study: Sequence[Mapping], benchma
 
 def plot_study_figure(kind: str, runs_root: str | os.PathLike, study: Sequence[Mapping], benchmark: str,
                       hardware: str, stem: str | os.PathLike, design: str | None = None,
-                      how: str | None = None, summary: pd.DataFrame | None = None) -> list[Path]:
+                      how: str | None = None, summary: pd.DataFrame | None = None,
+                      axis: str = verdict.DEFAULT_AXIS) -> list[Path]:
     """One figure of a study (the Snakemake `plot` rule): `<stem>.png` and `<stem>.pdf`. The
-    accuracy figure of one comparison marks its targets and crossings from `summary`."""
-    methods = study_methods(study, kind, benchmark, hardware, design)
+    accuracy figure of one comparison marks its targets and crossings from `summary`; a named
+    family's figure (`kind` = its comparison name) is drawn on its `axis`."""
+    methods = study_methods(study, kind, benchmark, hardware, design, axis if kind not in PLOT_KINDS else None)
     evals, steps, _ = analysis.load_runs(runs_root)
     title = f"{benchmark} on {hardware}" + (f", {design.replace('_', ' ')}" if design else "")
+    if kind not in PLOT_KINDS:
+        title += f": {kind.replace('_', ' ')}" + (f", by {axis}" if axis != verdict.DEFAULT_AXIS else "")
     colors = {parse_method(m).label: c for m, c in method_colors(methods).items()}
     if kind == "step_time":
         steps = _declared_seeds(steps[(steps["benchmark"] == benchmark) & (steps["hardware"] == hardware)], methods)
@@ -337,7 +346,8 @@ def plot_study_figure(kind: str, runs_root: str | os.PathLike, study: Sequence[M
         return phase_bar_figure(phase_table(steps).reindex([m for m in methods if m in set(steps["method"])]),
                                 stem, title=title)
     evals = _declared_seeds(evals[(evals["benchmark"] == benchmark) & (evals["hardware"] == hardware)], methods)
-    arms = {m: analysis.select_eval_set(evals[evals["method"] == m], benchmark) for m in methods}
+    arms = {m: analysis.on_axis(analysis.select_eval_set(evals[evals["method"] == m], benchmark), axis)
+            for m in methods}
     comps = [c for c in study if c["benchmark"] == benchmark and c["hardware"] == hardware
              and c.get("name", "main") == "main" and (design is None or c["design"] == design)]
     if kind == "accuracy" and len(comps) == 1:  # the comparison's own grid and alignment, as its summary used
@@ -346,11 +356,12 @@ def plot_study_figure(kind: str, runs_root: str | os.PathLike, study: Sequence[M
                                         arms[comps[0]["baseline"]], arms[comps[0]["method"]])
     else:
         grid = analysis.default_grid(pd.concat(arms.values()), how)
-    scale, unit = _time_unit(grid)
+    scale, unit = _time_unit(grid) if axis == verdict.DEFAULT_AXIS else (1.0, "")
     value = "mean_length" if kind == "length" else "accuracy"
     curves = {parse_method(m).label: analysis.mean_curve(arm, grid, how=how, value=value) for m, arm in arms.items()}
     marks = target_marks(summary, study, benchmark, hardware, design, grid, curves) if kind == "accuracy" else []
-    return curve_figure(curves, stem, f"Training Time on {hardware} ({unit})",
+    xlabel = f"Training Time on {hardware} ({unit})" if axis == verdict.DEFAULT_AXIS else "Optimiser Steps"
+    return curve_figure(curves, stem, xlabel,
                         "Average Completion Length" if kind == "length" else "Test Accuracy (%)",
                         scale, percent=kind != "length", colors=colors, title=title,
                         clip=None if kind == "length" else (0, 100), marks=marks)
@@ -527,9 +538,6 @@ def projection_figure(decomposition: pd.DataFrame, projection: pd.DataFrame, ste
         # below the axes: one line per projected setting names every machine it is carried to
         ax.legend(loc="upper left", bbox_to_anchor=(0, -0.12), fontsize=8, ncol=1, frameon=False)
         return save_figure(fig, stem)
-
-
-PLOT_KINDS = ("accuracy", "n_scaling", "m_scaling", "rule", "length", "step_time")
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:

@@ -47,7 +47,11 @@ from pods.runs import run_path
 SCHEMA = Path(str(resources.files("pods") / "data" / "schema.yaml"))
 DESIGNS = ("equal_update", "equal_generation")
 # Comparison keys that only the analysis reads (the study-file format of pods.analysis).
-ANALYSIS_KEYS = ("grid_s", "t_max_s", "eval_set", "align", "target_accuracy")
+ANALYSIS_KEYS = ("grid_s", "t_max_s", "eval_set", "align", "target_accuracy", "axis")
+# Comparison names with a figure of their own (pods.plots): `main` (accuracy per design) and the
+# paper's ablations; every other name is a family drawn with all its arms (the alternatives).
+ABLATIONS = ("n_scaling", "m_scaling", "rule")
+PLOT_KINDS = ("accuracy", *ABLATIONS, "length", "step_time")
 # m_scaling varies m on purpose, and is read against the baseline's target only.
 UNCHECKED_DESIGN = ("m_scaling",)
 

@@ -10,7 +10,6 @@ from collections import defaultdict
 from contextlib import contextmanager
 
 STEP_PHASES = ("generate", "reward", "select", "logprob", "update")
-OTHER_PHASES = ("eval", "checkpoint")
 
 
 class TrainClock:

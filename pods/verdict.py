@@ -232,26 +232,34 @@ def compare(t: np.ndarray, base: Arm, meth: Arm, endpoints=None, n_boot: int = 2
 
 
 ARM_KEYS = ("benchmark", "hardware", "baseline", "method")
+# What a comparison's curves are aligned by (pods.analysis.AXES); rows without one are on time.
+DEFAULT_AXIS = "time"
 
 
-def family_size(rows: list[dict], question: str) -> int:
-    """Distinct comparisons in a question's primary family: the same two arms listed under two
-    names (an ablation repeating the main pair) are one hypothesis, not two."""
-    return len({tuple(r.get(k) for k in ARM_KEYS) for r in rows if r["question"] == question and r["role"] == "primary"})
+def _family(row: dict) -> tuple[str, str]:
+    """A primary row's family: its question on its axis. The training-time comparisons answer the
+    paper's claim; the same pairs aligned by optimiser steps ask another question (sample
+    efficiency) and are adjusted among themselves, never diluting the wall-clock family."""
+    return row["question"], row.get("axis") or DEFAULT_AXIS
+
+
+def family_size(rows: list[dict], question: str, axis: str = DEFAULT_AXIS) -> int:
+    """Distinct comparisons in a (question, axis) primary family: the same two arms listed under
+    two names (an ablation repeating the main pair) are one hypothesis, not two."""
+    return len({tuple(r.get(k) for k in ARM_KEYS) for r in rows
+                if r["role"] == "primary" and _family(r) == (question, axis)})
 
 
 def adjust_family(rows: list[dict], method: str = MULTIPLICITY) -> list[dict]:
-    """Adjusted p-values and decisions over each question's primary endpoints of a study (one
-    family per question, each distinct pair of arms once); secondary rows keep their raw p-value
-    and get no adjusted decision."""
+    """Adjusted p-values and decisions over each family's primary endpoints of a study (one
+    family per question and axis, each distinct pair of arms once); secondary rows keep their
+    raw p-value and get no adjusted decision."""
     adjust = stats.ADJUSTMENTS[method]
-    for question in QUESTIONS:
-        family: dict[tuple, list[dict]] = {}
-        for r in rows:
-            if r["question"] == question and r["role"] == "primary":
-                family.setdefault(tuple(r.get(k) for k in ARM_KEYS), []).append(r)
-        if not family:
-            continue
+    families: dict[tuple[str, str], dict[tuple, list[dict]]] = {}
+    for r in rows:
+        if r["role"] == "primary":
+            families.setdefault(_family(r), {}).setdefault(tuple(r.get(k) for k in ARM_KEYS), []).append(r)
+    for family in families.values():
         first = [members[0] for members in family.values()]
         p = np.array([r["p_value"] if r["p_value"] is not None and math.isfinite(r["p_value"]) else 1.0 for r in first])
         for members, q in zip(family.values(), adjust(p)):

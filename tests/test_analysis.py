@@ -16,12 +16,13 @@ from pods.runs import build_summary
 
 
 def write_run(root: Path, method: str, seed: int, times, accs, lengths=None, benchmark="arith",
-              hardware="cpu", eval_set="arith", steps=None) -> Path:
+              hardware="cpu", eval_set="arith", steps=None, eval_steps=None) -> Path:
     """A finished run directory as the trainer leaves it: evals, steps and a consistent summary."""
     run = root / "runs" / benchmark / hardware / method / f"seed{seed}"
     run.mkdir(parents=True, exist_ok=True)
     lengths = lengths if lengths is not None else [10.0 + i for i in range(len(times))]
-    evals = [{"step": 10 * i, "train_time_s": t, "wall_time_s": t + 1, "eval_set": eval_set, "accuracy": a,
+    eval_steps = eval_steps if eval_steps is not None else [10 * i for i in range(len(times))]
+    evals = [{"step": eval_steps[i], "train_time_s": t, "wall_time_s": t + 1, "eval_set": eval_set, "accuracy": a,
               "mean_length": n, "n_items": 100, "repeats": 1} for i, (t, a, n) in enumerate(zip(times, accs, lengths))]
     step_log = [{"step": i + 1, "train_time_s": total * (i + 1), "generate_s": gen, "reward_s": 0.0, "select_s": 0.0,
                  "logprob_s": 0.0, "update_s": upd, "step_s": total} for i, (gen, upd, total) in enumerate(steps or [])]
@@ -257,6 +258,38 @@ def test_summarize_study_gives_every_endpoint_step_times_phases_and_adjusted_pri
     assert with_target.set_index("endpoint").loc["fixed", "target_accuracy"] == 0.55
     only_two = analysis.summarize_study([{**study[0], "seeds": [0, 1]}], tables.evals, n_boot=200, power=False)
     assert set(only_two["n_seeds_baseline"]) == {2}
+
+
+def test_the_step_axis_compares_at_equal_steps_in_a_family_of_its_own(tmp_path):
+    """GRPO does twice the steps per second, PODS learns as much per second: equal on the clock,
+    PODS twice as efficient per step. The step axis reads the curves at equal steps, up to the
+    fewest steps any seed reached, and its primaries are adjusted apart from the clock's."""
+    times = [0.0, 60.0, 120.0, 180.0, 240.0]
+    for seed in range(3):
+        noise = 0.01 * seed
+        write_run(tmp_path, "grpo-n4-m4", seed, times, [0.1, 0.3 + noise, 0.5, 0.6, 0.6 + noise],
+                  eval_steps=[0, 40, 80, 120, 160])
+        write_run(tmp_path, "pods-max_variance-n16-m4", seed, times, [0.1, 0.3 - noise, 0.5, 0.6, 0.6 + noise],
+                  eval_steps=[0, 20, 40, 60, 80])
+    pair = {"name": "alternatives", "benchmark": "arith", "hardware": "cpu", "design": "equal_update",
+            "baseline": "grpo-n4-m4", "method": "pods-max_variance-n16-m4"}
+    study = [pair, {**pair, "axis": "step", "grid_s": 20}]
+    tables = analysis.load_runs(tmp_path)
+    table = analysis.summarize_study(study, tables.evals, tables.steps, n_boot=400, power=False)
+    iso = table[table["endpoint"] == "isotonic_0.99"].set_index("axis")
+    assert iso.loc["time", "speedup"] == pytest.approx(1.0, abs=0.05)
+    assert iso.loc["step", "speedup"] == pytest.approx(2.0, rel=0.05)      # half the steps to the same level
+    assert iso.loc["step", "budget_s"] == 80.0                              # PODS's last step: equal steps only
+    assert np.isnan(iso.loc["step", "step_efficiency"]) and iso.loc["time", "step_efficiency"] > 0
+    assert set(table.loc[table["role"] == "primary", "multiplicity"]) == {"holm over 1"}   # two families of one
+    md = analysis.summary_markdown(table)
+    assert md.count("aligned by optimiser steps") == 2 and "comparisons on this axis" in md
+    assert set(analysis.decomposition_table(table)["speedup"].dropna()) <= set(iso.loc[["time"], "speedup"]) | set(
+        table[(table["axis"] == "time")]["speedup"].dropna())
+    # a study on the clock alone prints no axis column (the paper's studies read as before)
+    assert "| axis |" not in analysis.summary_markdown(table[table["axis"] == "time"])
+    with pytest.raises(ValueError, match=r"axis 'tokens' not in \('time', 'step'\)"):
+        analysis.validate_comparison({**pair, "axis": "tokens"})
 
 
 def test_a_fixed_grid_past_a_seeds_last_evaluation_is_refused_under_linear_alignment(tmp_path):

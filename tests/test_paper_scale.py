@@ -81,7 +81,7 @@ def paper_study(tmp_path_factory):
 def test_every_train_job_reads_a_folder_a_fetch_job_writes(paper_study):
     fetches = shell_commands(paper_study["dry_run"], "fetch_hub")
     trains = shell_commands(paper_study["dry_run"], "train")
-    assert len(trains) == 160 and len(fetches) == 6
+    assert len(trains) == 190 and len(fetches) == 6
     fetched = {shlex.split(c)[shlex.split(c).index("--out") + 1] for c in fetches}
     for command in trains:
         overrides = dict(a.split("=", 1) for a in shlex.split(command.split(" > ")[0]) if "=" in a)

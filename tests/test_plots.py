@@ -156,3 +156,25 @@ def test_step_time_figure_stacks_the_measured_phases(study_dir, monkeypatch):
     assert heights["generate"] == pytest.approx([0.5, 1.6])
     assert heights["update"] == pytest.approx([1.1, 1.0])
     assert heights["other"] == pytest.approx([0.4, 0.5])
+
+
+def test_a_named_family_draws_all_its_arms_on_its_axis(study_dir, monkeypatch):
+    """Comparisons of any other name (the alternatives) get one figure of all their arms per axis;
+    on the step axis the x values are the evaluations' optimiser steps."""
+    root, _ = study_dir
+    pair = {"name": "alternatives", "benchmark": "arith", "hardware": "cpu", "design": "equal_update",
+            "baseline": "grpo-n4-m4", "method": "pods-max_variance-n16-m4"}
+    study = [pair, {**pair, "axis": "step"}]
+    assert plots.study_methods(study, "alternatives", "arith", "cpu", axis="step") == {
+        "grpo-n4-m4": None, "pods-max_variance-n16-m4": None}
+    figures = drawn_figures(monkeypatch)
+    plots.plot_study_figure("alternatives", root, study, "arith", "cpu", root / "alt-step", axis="step")
+    plots.plot_study_figure("alternatives", root, study, "arith", "cpu", root / "alt-time")
+    steps, time = (fig.axes[0] for fig in figures)
+    assert steps.get_xlabel() == "Optimiser Steps" and steps.get_title() == "arith on cpu: alternatives, by step"
+    assert time.get_xlabel().startswith("Training Time on cpu (") and time.get_title() == "arith on cpu: alternatives"
+    lines = {line.get_label(): line for line in steps.get_lines()}
+    # make_study_runs logs an evaluation every 10 steps: 0, 10, ... 40
+    assert list(lines["GRPO (n=4, m=4)"].get_xdata()) == [0, 10, 20, 30, 40]
+    with pytest.raises(ValueError, match="no alternatives comparison"):
+        plots.plot_study_figure("alternatives", root, [pair], "arith", "cpu", root / "x", axis="step")

@@ -150,6 +150,11 @@ def test_adjust_family_is_holm_within_each_question_over_distinct_primary_rows_o
     assert [r.get("p_adjusted") for r in rows] == pytest.approx([0.02, 0.04, 0.002, 0.2, None, 0.04], nan_ok=True)
     assert [r.get("verdict_adjusted") for r in rows] == ["faster", "faster", "lower", "undecided", None, "faster"]
     assert rows[0]["multiplicity"] == "holm over 2"
+    # the same pairs aligned by optimiser steps are a family of their own, on each question
+    steps = [{**row("isotonic_0.99", "a", "primary", p, 1.5, m), "axis": "step"} for p, m in ((0.01, "pods-a"),)]
+    verdict.adjust_family(rows + steps)
+    assert steps[0]["p_adjusted"] == pytest.approx(0.01) and steps[0]["multiplicity"] == "holm over 1"
+    assert rows[0]["p_adjusted"] == pytest.approx(0.02)
 
 
 # --------------------------------------------------------------------------------------------

@@ -289,6 +289,14 @@ def test_the_schemas_design_enum_is_the_packages():
 
     walk(schema)
     assert enums and all(set(e) == set(DESIGNS) for e in enums)
+    # and the axes a comparison may be aligned by are pods.analysis's
+    from pods.analysis import AXES
+
+    axis = schema["definitions"]["comparison"]["properties"]["axis"]
+    assert set(axis["enum"]) == set(AXES)
+    with pytest.raises(StudyError, match="axis"):
+        study(comparisons=[dict(MAIN, design="equal_update", baseline="grpo-n16-m16",
+                                methods=["pods-max_variance-n64-m16"], axis="tokens")])
 
 
 def test_dapo_arms_are_named_by_their_method_and_dynamic_sampling_follows_the_name():
@@ -305,8 +313,12 @@ def test_dapo_arms_are_named_by_their_method_and_dynamic_sampling_follows_the_na
     # a layer may not turn a GRPO run into a DAPO one behind its name
     with pytest.raises(StudyError, match=r"its layers make it 'dapo-n16-m16', not 'grpo-n16-m16'"):
         study(comparisons=comparisons, seeds=[0], train={"dynamic_sampling": True})
-    # nor can a DAPO arm be the GRPO baseline of a comparison, or run under DeepSpeed
-    with pytest.raises(StudyError, match=r"comparisons.0.baseline: 'dapo-n16-m16' does not match '\^grpo-'"):
-        study(comparisons=[{**comparisons[0], "baseline": "dapo-n16-m16", "methods": ["pods-max_variance-n64-m16"]}])
+    # a DAPO arm may be the baseline of a head-to-head, but no run is compared with itself
+    s = study(comparisons=[{**comparisons[0], "baseline": "dapo-n16-m16", "methods": ["pods-max_variance-n64-m16"]}],
+              seeds=[0])
+    assert [(c.baseline, c.method) for c in s.comparisons] == [("dapo-n16-m16", "pods-max_variance-n64-m16")]
+    with pytest.raises(StudyError, match=r"comparisons\[0\].methods: 'dapo-n16-m16' is also the baseline"):
+        study(comparisons=[{**comparisons[0], "baseline": "dapo-n16-m16"}], seeds=[0])
+    # nor can a DAPO arm run under DeepSpeed
     with pytest.raises(StudyError, match=r"dynamic_sampling': runs on one process"):
         study(comparisons=comparisons, seeds=[0], train={"update_engine": "deepspeed"})

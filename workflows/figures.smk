@@ -1,10 +1,13 @@
 # Figures of the study, from run metrics only (pods.plots), each as PNG and PDF, each captioned in
 # the report. Which figures exist follows from the comparisons: every `main` comparison gets an
 # accuracy-vs-training-time figure per (benchmark, hardware, design); `n_scaling`, `m_scaling`
-# and `rule` comparisons get their ablation figure; every (benchmark, hardware) gets the
+# and `rule` comparisons get their ablation figure; a comparison of any other name (the
+# alternatives) gets one figure of all its arms per (benchmark, hardware, axis), named
+# {name}-{axis}; every (benchmark, hardware) gets the
 # completion-length curves and the seconds-per-step bars split by phase.
 
-ABLATIONS = ("n_scaling", "m_scaling", "rule")
+from pods.study import ABLATIONS, PLOT_KINDS
+
 FIGURE = FIGURES + "/{benchmark}/{hardware}/{kind}{design}"
 
 def figure_panels():
@@ -15,6 +18,8 @@ def figure_panels():
             panels.append(("accuracy", row["benchmark"], row["hardware"], "-" + row["design"]))
         elif row["name"] in ABLATIONS:
             panels.append((row["name"], row["benchmark"], row["hardware"], ""))
+        else:  # any other family (alternatives): all its arms, one figure per axis it is read on
+            panels.append((row["name"], row["benchmark"], row["hardware"], "-" + row.get("axis", "time")))
         panels += [(kind, row["benchmark"], row["hardware"], "") for kind in ("length", "step_time")]
     return list(dict.fromkeys(panels))
 
@@ -32,7 +37,8 @@ def figure_outputs():
     outputs = []
     for kind, benchmark, hardware, design in figure_panels():
         stem = FIGURE.format(kind=kind, benchmark=benchmark, hardware=hardware, design=design)
-        outputs.append(report(stem + ".png", caption=f"report/{kind}.rst", category="Figures",
+        caption = f"report/{kind}.rst" if kind in PLOT_KINDS else "report/family.rst"
+        outputs.append(report(stem + ".png", caption=caption, category="Figures",
                               subcategory=f"{benchmark} / {hardware}"))
         outputs.append(stem + ".pdf")
     return outputs
@@ -58,6 +64,8 @@ rule plots:
         with open(log[0], "w") as fh:
             for kind, benchmark, hardware, design in figure_panels():
                 stem = FIGURE.format(kind=kind, benchmark=benchmark, hardware=hardware, design=design)
+                named = kind not in PLOT_KINDS  # its suffix is the axis, not a design
                 written = plots.plot_study_figure(kind, RUNS, study, benchmark, hardware, stem,
-                                                  design=design[1:] or None, summary=summary)
+                                                  design=None if named else design[1:] or None, summary=summary,
+                                                  axis=design[1:] if named else "time")
                 print(*written, sep="\n", file=fh)
