@@ -677,7 +677,7 @@ def question_table(table: pd.DataFrame, question: str) -> pd.DataFrame:
         row["p adjusted"] = stats.fmt_p(r.get("p_adjusted"))
         row["verdict (adjusted)"] = r.get("verdict_adjusted", "")
         row["seeds to decide (80% power)"] = _seeds_text(r.get("seeds_to_decide"))
-        if question == "a":
+        if question == "a" and _on_time(r):  # on the step axis the steps are the axis itself
             row["step efficiency"] = _interval_text(r.get("step_efficiency"), r.get("step_efficiency_ci_low"),
                                                     r.get("step_efficiency_ci_high"))
             row["step cost ratio"] = _interval_text(r.get("step_cost_ratio"), r.get("step_cost_ratio_ci_low"),
@@ -716,7 +716,7 @@ SUMMARY_MD_COLUMNS = ["name", "benchmark", "design", "axis", "baseline", "method
 
 
 # How a question reads on an axis other than training time (its section title in summary.md).
-AXIS_WORDS = {"step": "aligned by optimiser steps: every time is a step count"}
+AXIS_WORDS = {"step": "aligned by optimiser steps (every time a step count)"}
 
 
 def summary_markdown(table: pd.DataFrame) -> str:
