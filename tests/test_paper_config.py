@@ -129,7 +129,7 @@ def test_slurm_dry_run_lists_the_gpu_jobs():
             assert cmd.startswith("pods train") and "rollout_engine=vllm" in cmd and "update_engine=lora" in cmd
         else:
             assert cmd.startswith("deepspeed --num_nodes 1 --num_gpus 8 --no_local_rank --module pods.cli train")
-    assert seen == {"l40s-lora": 140, "h100x8-zero2": 10, "a100x8-zero2": 10}
+    assert seen == {"l40s-lora": 170, "h100x8-zero2": 10, "a100x8-zero2": 10}
     # the CPU rules keep the profile's small defaults
     analyze = re.search(r"rule analyze:\n(.*?)(?:\n\n|\Z)", text, flags=re.S)[1]
     assert "gpu=" not in analyze and "mem_mb=4000" in analyze
