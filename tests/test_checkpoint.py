@@ -16,7 +16,7 @@ import torch
 import pods.checkpoint as ckpt
 import pods.tasks
 from pods import cli
-from pods.trainer import rng_state, set_rng_state
+from pods.rundir import rng_state, set_rng_state
 
 TOY = ["benchmark=first_digit", "n=8", "m=4", "prompts_per_step=4", "max_new_tokens=4", "lr=3e-3",
        "max_train_time_s=null", "eval_every_s=null", "eval_every_steps=2", "checkpoint_every_s=0"]

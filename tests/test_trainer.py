@@ -214,7 +214,7 @@ def fake_round(labels, n=4, flat=()):
 
 
 def test_dynamic_sampling_drops_flat_groups_refills_and_stops_at_its_cap():
-    from pods.trainer import dynamic_sample
+    from pods.groups import dynamic_sample
 
     draws = []
 
