@@ -2,40 +2,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
 
+from helpers import make_study_runs, write_run
 from pods import analysis, verdict
 from pods.cli import main as pods_main
-from pods.config import parse_method
-from pods.runs import build_summary
-
-
-def write_run(root: Path, method: str, seed: int, times, accs, lengths=None, benchmark="arith",
-              hardware="cpu", eval_set="arith", steps=None, eval_steps=None) -> Path:
-    """A finished run directory as the trainer leaves it: evals, steps and a consistent summary."""
-    run = root / "runs" / benchmark / hardware / method / f"seed{seed}"
-    run.mkdir(parents=True, exist_ok=True)
-    lengths = lengths if lengths is not None else [10.0 + i for i in range(len(times))]
-    eval_steps = eval_steps if eval_steps is not None else [10 * i for i in range(len(times))]
-    evals = [{"step": eval_steps[i], "train_time_s": t, "wall_time_s": t + 1, "eval_set": eval_set, "accuracy": a,
-              "mean_length": n, "n_items": 100, "repeats": 1} for i, (t, a, n) in enumerate(zip(times, accs, lengths))]
-    step_log = [{"step": i + 1, "train_time_s": total * (i + 1), "generate_s": gen, "reward_s": 0.0, "select_s": 0.0,
-                 "logprob_s": 0.0, "update_s": upd, "step_s": total} for i, (gen, upd, total) in enumerate(steps or [])]
-    (run / "evals.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
-    if steps is not None:
-        (run / "steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in step_log))
-    parsed = parse_method(method)
-    identity = {"benchmark": benchmark, "hardware": hardware, "method": method, "rule": parsed.rule,
-                "n": parsed.n, "m": parsed.m, "seed": seed}
-    summary = build_summary(identity, evals, step_log, status="complete",
-                            train_time_s=max(float(times[-1]), step_log[-1]["train_time_s"] if step_log else 0.0))
-    (run / "summary.json").write_text(json.dumps(summary))
-    return run
 
 
 # --------------------------------------------------------------------------------------------
@@ -217,19 +192,6 @@ def test_linear_alignment_interpolates_between_evaluations():
 # --------------------------------------------------------------------------------------------
 # Studies and the command line
 # --------------------------------------------------------------------------------------------
-GRID = [0, 60, 120, 180, 240]
-
-
-def make_study_runs(root: Path) -> None:
-    for seed in range(3):
-        jitter = [0, 1.0, -2.0, 0.5, 1.5, -1.0]
-        times = [t + jitter[(i + seed) % 6] * (t > 0) for i, t in enumerate(GRID)]
-        write_run(root, "grpo-n4-m4", seed, times, [0.1, 0.3, 0.5, 0.6, 0.6 + 0.01 * seed],
-                  steps=[(0.5, 1.0, 2.0), (0.5, 1.2, 2.0)])
-        write_run(root, "pods-max_variance-n16-m4", seed, times, [0.1, 0.55, 0.62, 0.65, 0.66],
-                  steps=[(1.5, 1.0, 3.0), (1.7, 1.0, 3.2)])
-
-
 def test_summarize_study_gives_every_endpoint_step_times_phases_and_adjusted_primaries(tmp_path):
     make_study_runs(tmp_path)
     study = [{"name": "main", "benchmark": "arith", "hardware": "cpu", "design": "equal_update", "align": "nearest",

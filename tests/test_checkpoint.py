@@ -14,12 +14,10 @@ import pytest
 import torch
 
 import pods.checkpoint as ckpt
-import pods.tasks
-from pods import cli
+from helpers import pods_train
 from pods.rundir import rng_state, set_rng_state
 
-TOY = ["benchmark=first_digit", "n=8", "m=4", "prompts_per_step=4", "max_new_tokens=4", "lr=3e-3",
-       "max_train_time_s=null", "eval_every_s=null", "eval_every_steps=2", "checkpoint_every_s=0"]
+pytestmark = pytest.mark.usefixtures("toy_task")
 
 
 class Payload:
@@ -30,24 +28,6 @@ class Payload:
 
     def __reduce__(self):
         return exec, (f"open({self.marker!r}, 'w').write('code ran')",)
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    from test_trainer import save_tiny_base
-
-    return save_tiny_base(tmp_path_factory.mktemp("base"))
-
-
-@pytest.fixture(autouse=True)
-def toy_task(monkeypatch):
-    from test_trainer import FirstDigit
-
-    monkeypatch.setitem(pods.tasks.TASKS, "first_digit", FirstDigit)
-
-
-def pods_train(base, run_dir, *extra):
-    return cli.main(["train", "--no-progress", f"base_model={base}", f"run_dir={run_dir}", *TOY, *extra])
 
 
 def test_the_payload_is_live(tmp_path):

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import yaml
 
+from helpers import make_study_runs
 from pods import analysis, plots
 from pods.cli import main as pods_main
-from test_analysis import make_study_runs
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -10,17 +10,18 @@ from pathlib import Path
 
 import pytest
 
+from helpers import FirstDigit
 from pods.runs import RunFileError, append_jsonl, read_jsonl, truncate_jsonl
 
 TESTS = Path(__file__).parent
 
-# The run is driven through the real CLI in a child process, with the toy task of test_trainer.
+# The run is driven through the real CLI in a child process, with the toy task of helpers.py.
 SCRIPT = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, {tests!r})
     import pods.tasks
-    from test_trainer import FirstDigit
+    from helpers import FirstDigit
     pods.tasks.TASKS["first_digit"] = FirstDigit
     from pods.cli import main
     sys.exit(main(["train", *sys.argv[1:]]))
@@ -37,13 +38,6 @@ STEP_KEYS = ("step", "rollouts_generated", "rollouts_trained", "tokens_generated
 EVAL_KEYS = ("step", "accuracy", "mean_length", "n_items")
 
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    from test_trainer import save_tiny_base
-
-    return save_tiny_base(tmp_path_factory.mktemp("base"))
-
-
 def command(script, base, run_dir):
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="1")
     return [sys.executable, str(script), f"base_model={base}", f"run_dir={run_dir}", *ARGS], env
@@ -57,8 +51,6 @@ def straight(base, tmp_path_factory):
     """The uninterrupted reference run of each engine, trained once in this process (same code,
     same single thread) when a test first asks for it."""
     import pods.tasks
-    from test_trainer import FirstDigit
-
     from pods.config import load_train_config
     from pods.trainer import train
 

@@ -1,5 +1,4 @@
 """The hf rollout engine against transformers' own generate, and the update batch it feeds."""
-import math
 
 import pytest
 import torch

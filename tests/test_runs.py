@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import pods.tasks
+from helpers import TOY, pods_train
 from pods import analysis, cli, runs
 from pods.runs import read_jsonl
 
@@ -22,16 +22,15 @@ REPO = TESTS.parent
 COMMITTED = REPO / "results"
 COMMITTED_RUN = COMMITTED / "runs" / "arith" / "cpu" / "grpo-n16-m16" / "seed0"
 
-TOY = ["benchmark=first_digit", "n=8", "m=4", "prompts_per_step=4", "max_new_tokens=4", "lr=3e-3",
-       "max_train_time_s=null", "eval_every_s=null", "eval_every_steps=2", "checkpoint_every_s=0"]
+pytestmark = pytest.mark.usefixtures("toy_task")
 
-# `pods train` in a child process, with the toy task of test_trainer registered
+# `pods train` in a child process, with the toy task of helpers.py registered
 CHILD = textwrap.dedent(
     """
     import os, sys, time
     sys.path.insert(0, {tests!r})
     import pods.tasks
-    from test_trainer import FirstDigit
+    from helpers import FirstDigit
 
     class SlowFirstDigit(FirstDigit):
         # a step that takes a while, so that a second trainer usually finds the first still at work
@@ -44,24 +43,6 @@ CHILD = textwrap.dedent(
     sys.exit(main(["train", "--no-progress", *sys.argv[1:]]))
     """
 )
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    from test_trainer import save_tiny_base
-
-    return save_tiny_base(tmp_path_factory.mktemp("base"))
-
-
-@pytest.fixture(autouse=True)
-def toy_task(monkeypatch):
-    from test_trainer import FirstDigit
-
-    monkeypatch.setitem(pods.tasks.TASKS, "first_digit", FirstDigit)
-
-
-def pods_train(base, run_dir, *extra):
-    return cli.main(["train", "--no-progress", f"base_model={base}", f"run_dir={run_dir}", *TOY, *extra])
 
 
 def snapshot(folder: Path) -> dict:
@@ -143,7 +124,6 @@ def test_files_without_a_checkpoint_are_refused_unless_restarted(base, tmp_path,
 def test_a_second_writer_fails_at_once_naming_the_holder(base, tmp_path, capsys):
     run_dir = tmp_path / "run"
     with runs.RunLock(run_dir):
-        started = time.perf_counter()
         assert pods_train(base, run_dir, "max_steps=2") == 2
         err = capsys.readouterr().err.strip()
         assert f"is being written by pid {os.getpid()} on host" in err and len(err.splitlines()) == 1

@@ -241,8 +241,8 @@ def test_seeds_to_decide_grows_as_the_effect_shrinks():
 def test_cli_calibrate_writes_its_table_and_refuses_bad_seed_counts(tmp_path, capsys):
     import yaml
 
+    from helpers import make_study_runs
     from pods.cli import main as pods_main
-    from test_analysis import make_study_runs
 
     make_study_runs(tmp_path)
     study = tmp_path / "study.yaml"

@@ -7,22 +7,12 @@ from pathlib import Path
 import pytest
 
 import pods.tracking
+from helpers import config
 from pods.config import load_train_config
 from pods.runs import read_jsonl
 from pods.trainer import train
-from test_trainer import FirstDigit, config, save_tiny_base  # noqa: F401  (the toy task and tiny base)
 
-import pods.tasks
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    return save_tiny_base(tmp_path_factory.mktemp("base"))
-
-
-@pytest.fixture(autouse=True)
-def toy_task(monkeypatch):
-    monkeypatch.setitem(pods.tasks.TASKS, "first_digit", FirstDigit)
+pytestmark = pytest.mark.usefixtures("toy_task")
 
 
 def tensorboard_scalars(folder):
@@ -132,7 +122,7 @@ def test_trackio_local_project_holds_the_same_points_and_resume_continues_the_ru
         import sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         import pods.tasks
-        from test_trainer import FirstDigit, config
+        from helpers import FirstDigit, config
         from pods.trainer import train
         pods.tasks.TASKS["first_digit"] = FirstDigit
         for steps in (2, 3):  # the second start resumes the run (and its trackio run)

@@ -5,74 +5,16 @@ import math
 import pytest
 import torch
 
-import pods.tasks
+from helpers import config
 from pods import cli
-from pods.config import load_train_config
 from pods.runs import read_jsonl
-from pods.models import build_char_tokenizer, build_tiny_policy
 from pods.rollout.hf import HFRolloutEngine
-from pods.tasks.base import Problem, Task
 from pods.trainer import train
 from pods.update import UpdateBatch
 from pods.update.torch_engine import TorchUpdateEngine
 
 torch.set_num_threads(1)
-
-
-class FirstDigit(Task):
-    """Trivially learnable: a completion is correct when its first character is a digit.
-
-    An untrained character model does that about once in ten samples, so RL has signal from the
-    first step and a greedy policy can go from near 0 to 1.
-    """
-
-    name = "first_digit"
-
-    def __init__(self, train_size: int = 64, test_size: int = 64):
-        words = ["".join(chr(97 + (i * 7 + j * 3) % 26) for j in range(3 + i % 4)) + "?" for i in range(train_size + test_size)]
-        self._train = [Problem(w, "digit") for w in words[:train_size]]
-        self._test = [Problem(w, "digit") for w in words[train_size:]]
-
-    def train_problems(self, seed):
-        return self._train
-
-    def test_problems(self):
-        return self._test
-
-    def render_prompt(self, problem, tokenizer=None):
-        return problem.question
-
-    def is_correct(self, completion, problem):
-        return completion[:1].isdigit()
-
-    def reward(self, completion, problem):
-        return float(self.is_correct(completion, problem))
-
-
-def save_tiny_base(path, seed=0):
-    tok = build_char_tokenizer()
-    model = build_tiny_policy(tok, n_layer=2, d_model=64, n_head=2, seed=seed)
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    return save_tiny_base(tmp_path_factory.mktemp("base"))
-
-
-@pytest.fixture(autouse=True)
-def toy_task(monkeypatch):
-    monkeypatch.setitem(pods.tasks.TASKS, "first_digit", FirstDigit)
-
-
-def config(base, run_dir, *overrides):
-    return load_train_config(None, [
-        "benchmark=first_digit", f"base_model={base}", f"run_dir={run_dir}", "prompts_per_step=4",
-        "max_new_tokens=4", "max_train_time_s=null", "eval_every_s=null", "checkpoint_every_s=1000",
-        "lr=3e-3", *overrides,
-    ])
+pytestmark = pytest.mark.usefixtures("toy_task")
 
 
 def test_selection_shrinks_the_update_batch(base, tmp_path, monkeypatch):

@@ -1,0 +1,22 @@
+"""Fixtures shared by the test modules; the plain helpers under them are in helpers.py.
+
+`base` is the tiny saved base model of the toy task. Modules that need a model of another shape
+(test_trl, test_bnb, test_vllm_engine) define a `base` of their own, which takes precedence there.
+`toy_task` registers the toy task as benchmark `first_digit`; modules that train on it request it
+for every test with `pytestmark = pytest.mark.usefixtures("toy_task")`.
+"""
+import pytest
+
+import pods.tasks
+from helpers import FirstDigit, save_tiny_base
+
+
+@pytest.fixture(scope="session")
+def base(tmp_path_factory):
+    # built once: training reads it and writes only to its own run folder
+    return save_tiny_base(tmp_path_factory.mktemp("base"))
+
+
+@pytest.fixture
+def toy_task(monkeypatch):
+    monkeypatch.setitem(pods.tasks.TASKS, "first_digit", FirstDigit)
