@@ -222,8 +222,10 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True, restart: bool = False,
 def run_eval(cfg: TrainConfig, parts: Parts, run: RunDirectory, state: Progress, clock: TrainClock,
              timer: PhaseTimer, progress_bar: bool) -> float:
     """Evaluate the current policy off the training clock, log it, return its accuracy."""
-    # stamped with the training time at which these weights were reached (the base model: none)
-    record = {"step": state.step, "train_time_s": round(clock.train, 3) if state.step else 0.0,
+    # stamped with the training time at which these weights were reached (the base model: none),
+    # cut (not rounded) to the millisecond: a stamp past the clock's reading at the next checkpoint
+    # would put the evaluation after the summary's training time, outside the run's own curve
+    record = {"step": state.step, "train_time_s": math.floor(clock.train * 1000) / 1000 if state.step else 0.0,
               "wall_time_s": round(clock.wall, 3)}
     with clock.paused(), timer("eval"):
         result = evaluate(
