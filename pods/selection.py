@@ -96,12 +96,17 @@ def max_abs_advantage(rewards: torch.Tensor, m: int, generator: torch.Generator 
     """The m rollouts whose rewards lie farthest from their group's mean over all n: the largest
     |advantage| before normalisation (the selector an independent re-implementation of PODS found
     best at 0.5B). Distances that differ only by rounding tie, and ties go to the lower index."""
-    centred = rewards - rewards.mean(dim=1, keepdim=True)
-    distance = centred.abs()
+    distance = (rewards - rewards.mean(dim=1, keepdim=True)).abs()
     # far above float64 rounding of the mean, far below any real gap between two rewards
     resolution = 1e-12 * (distance.amax(dim=1, keepdim=True) + 1.0)
-    level = torch.floor(distance / resolution)
-    order = torch.sort(-level, dim=1, stable=True).indices  # stable: ties keep index order
+    # rank levels, farthest first: a new level starts wherever the next distance down is more than
+    # `resolution` smaller (bucketing by value instead would split two rounding-equal distances that
+    # straddle a bucket edge)
+    ranked, position = torch.sort(distance, dim=1, descending=True, stable=True)
+    steps = torch.cat([torch.zeros_like(ranked[:, :1], dtype=torch.long),
+                       (ranked[:, :-1] - ranked[:, 1:] > resolution[:, :1]).long()], dim=1)
+    level = torch.empty_like(steps).scatter_(1, position, steps.cumsum(dim=1))
+    order = torch.sort(level, dim=1, stable=True).indices  # stable: ties keep index order
     return order[:, :m].sort(dim=1).values
 
 
