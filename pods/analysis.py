@@ -46,7 +46,7 @@ import argparse
 import math
 import os
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
+from typing import Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
@@ -857,53 +857,6 @@ def projection_table(ours: pd.DataFrame, sources: Sequence[Mapping],
 # --------------------------------------------------------------------------------------------
 # The verdict's other views: the speedup profile, time-to-target curves, the calibration table
 # --------------------------------------------------------------------------------------------
-PROFILE_COLUMNS = ["comparison", "benchmark", "hardware", "design", "baseline", "method", "level",
-                   "t_baseline_s", "t_method_s", "speedup", "ci_low", "ci_high"]
-
-
-def verdict_views(runs, study_path, out_dir, figures_dir, studies: int = 200, boot: int = 200,
-                  seed: int = 0) -> list[Path]:
-    """speedup_profile.csv and calibration.csv/.md in `out_dir`; speedup_profile.{png,pdf} and
-    time_to_target.{png,pdf} (Kaplan-Meier) in `figures_dir`, for every comparison of the study
-    on the training clock."""
-    from pods import calibration, plots
-
-    study = load_study(study_path)
-    tables = load_runs(runs)
-    profile_rows, km, comps = [], [], []
-    seen = set()
-    for comp in study:
-        label = comparison_label(comp)
-        if label in seen:  # the same two arms under another name (an ablation reusing `main`'s pair)
-            continue
-        if comp.get("axis", verdict.DEFAULT_AXIS) != verdict.DEFAULT_AXIS:
-            continue  # these views (and their calibration) are of the wall-clock claim
-        seen.add(label)
-        grid, base, meth, _, _ = comparison_arms(comp, tables.evals)
-        keys = {k: comp[k] for k in ("benchmark", "hardware", "design", "baseline", "method")}
-        profile_rows += [{"comparison": label, **keys, **r} for r in verdict.speedup_profile(grid, base, meth, seed=seed)]
-        target = comp.get("target_accuracy")
-        if target is None:
-            target = stats.isotonic_rule(grid, base.curves.mean(axis=0)[None, :], meth.curves.mean(axis=0)[None, :],
-                                         0.99).target[0]
-        km.append((label, float(target), verdict.survival_curves(grid, base, meth, float(target)))
-                  if np.isfinite(target) else (label, math.nan, None))
-        comps.append({"label": label, "t": grid, "base": base.curves, "meth": meth.curves,
-                      "fixed": comp.get("target_accuracy")})
-    out_dir, figures_dir = Path(out_dir), Path(figures_dir)
-    profile = pd.DataFrame.from_records(profile_rows, columns=PROFILE_COLUMNS)
-    write_csv(profile, out_dir / "speedup_profile.csv")
-    table = calibration.calibrate(comps, seeds=(4, 10, 30), studies=studies, boot=boot, seed=seed)
-    write_csv(table, out_dir / "calibration.csv")
-    atomic_write_text(out_dir / "calibration.md",
-                      f"## Calibration of every endpoint ({studies} simulated studies per cell, {boot} resamples; "
-                      f"docs/verdict.md)\n\n" + calibration.calibration_markdown(table))
-    written = [out_dir / "speedup_profile.csv", out_dir / "calibration.csv", out_dir / "calibration.md"]
-    written += plots.speedup_profile_figure(profile, figures_dir / "speedup_profile", labels=[c["label"] for c in comps])
-    written += plots.time_to_target_figure(km, figures_dir / "time_to_target")
-    return written
-
-
 # --------------------------------------------------------------------------------------------
 # Writing results
 # --------------------------------------------------------------------------------------------
@@ -939,50 +892,6 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     atomic_write_text(out.with_suffix(".md"), summary_markdown(table))
     print(to_markdown(verdict_table(table)), end="")
     return 0
-
-
-def project(summary: str | os.PathLike, paper: str | os.PathLike | None, costs: Sequence[str | os.PathLike],
-            out_dir: str | os.PathLike, figures_dir: str | os.PathLike | None) -> list[Path]:
-    """decomposition.csv/.md and projection.csv/.md (+ their figures) from summary tables."""
-    ours = read_summary(summary)
-    theirs = read_summary(paper) if paper is not None else None
-    out_dir = Path(out_dir)
-    decomposition = decomposition_table(ours, theirs)
-    projection = projection_table(ours, cost_sources(theirs, costs))
-    if theirs is not None and costs:  # the paper's step efficiency onto the measured machines too
-        carried = projection_table(theirs, cost_sources(None, costs))
-        carried["setting"] = "paper " + carried["setting"]
-        projection = pd.concat([projection, carried], ignore_index=True)
-    written = []
-    for name, table, heading in (
-            ("decomposition", decomposition, "speedup = step efficiency / step-cost ratio, ours and the paper's"),
-            ("projection", projection, "PROJECTIONS, not measurements: a step efficiency (ours, or the paper's "
-                                       "onto a measured machine) / another machine's step-cost ratio")):
-        write_csv(table, out_dir / f"{name}.csv")
-        atomic_write_text(out_dir / f"{name}.md", f"## {heading} (docs/verdict.md)\n\n" + to_markdown(table))
-        written += [out_dir / f"{name}.csv", out_dir / f"{name}.md"]
-    if figures_dir is not None:
-        from pods import plots
-
-        written += plots.decomposition_figure(decomposition, Path(figures_dir) / "decomposition")
-        written += plots.projection_figure(decomposition, projection, Path(figures_dir) / "projection")
-    return written
-
-
-def _cmd_project(args: argparse.Namespace) -> int:
-    written = project(args.summary, args.paper, args.costs, args.out, args.figures)
-    print(Path(args.out, "projection.md").read_text(), end="")
-    print(f"wrote {', '.join(str(p) for p in written)}")
-    return 0
-
-
-def add_project_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--summary", required=True, help="our summary.csv (pods analyze)")
-    p.add_argument("--paper", default=None, help="the summary.csv of the authors' settings (pods paper figures)")
-    p.add_argument("--costs", nargs="*", default=[], help="phase-cost files of benchmarks/step_time.py --out")
-    p.add_argument("--out", required=True, help="folder for decomposition.csv/.md and projection.csv/.md")
-    p.add_argument("--figures", default=None, help="folder for decomposition.png/.pdf and projection.png/.pdf")
-    p.set_defaults(func=_cmd_project)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

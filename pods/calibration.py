@@ -1,5 +1,6 @@
 """The calibration harness: how often each endpoint's interval covers the truth, decides wrongly
-under no difference, and decides at all, at a given number of seeds (`pods calibrate`).
+under no difference, and decides at all, at a given number of seeds (`pods calibrate`, whose
+command line is in `pods.views`).
 
 The population model of one arm (fitted to that arm's seeds on the comparison's grid):
 
@@ -24,17 +25,14 @@ from the baseline's model: the truth is no difference, so every decision is a fa
 """
 from __future__ import annotations
 
-import argparse
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
 from pods import stats, verdict
-from pods.atomic import atomic_write_text
 
 SCENARIOS = ("fitted", "identical")
 LADDER = (2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50)   # seed counts seeds_to_decide tries
@@ -253,64 +251,3 @@ def calibration_markdown(table: pd.DataFrame) -> str:
             f(n["coverage"]) if n is not None else "", f(n["decide_up"]) if n is not None else "",
             f(n["decide_down"]) if n is not None else "", f(r["power"])]) + " |")
     return "\n".join(lines) + "\n"
-
-
-def comparisons_from_runs(runs, study_path, align: str | None = None) -> list[dict]:
-    """The study's comparisons as calibrate() takes them: each arm's curves on the comparison's grid."""
-    from pods import analysis
-
-    study = analysis.load_study(study_path)
-    tables = analysis.load_runs(runs)
-    out = {}
-    for comp in study:
-        label = analysis.comparison_label(comp)
-        if label in out:  # the same two arms listed twice (under two comparison names)
-            continue
-        t, base, meth = analysis.comparison_arms(comp, tables.evals, how=align)[:3]
-        out[label] = {"label": label, "t": t, "base": base.curves, "meth": meth.curves,
-                      "fixed": comp.get("target_accuracy")}
-    return list(out.values())
-
-
-def _cmd_calibrate(args: argparse.Namespace) -> int:
-    seeds = [int(s) for s in str(args.seeds).split(",")]
-    comps = comparisons_from_runs(args.runs, args.study)
-    table = calibrate(comps, seeds=seeds, studies=args.studies, boot=args.boot, seed=args.seed, tails=args.tails)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, table.to_csv(index=False))
-    md = calibration_markdown(table)
-    atomic_write_text(out.with_suffix(".md"),
-                      f"## Calibration ({args.studies} simulated studies per cell, {args.boot} resamples, "
-                      f"{args.tails} tails, seed {args.seed}; pods.calibration)\n\n" + md)
-    print(md, end="")
-    return 0
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _seed_list(text: str) -> str:
-    try:
-        values = [int(s) for s in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if any(v < 2 for v in values):
-        raise argparse.ArgumentTypeError(f"every seed count must be >= 2, got {text}")
-    return text
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--runs", required=True, help="results folder holding runs/ (or runs/ itself)")
-    p.add_argument("--study", required=True, help="the study's comparisons (results/study.yaml)")
-    p.add_argument("--seeds", type=_seed_list, default="4,10,30", help="seed counts per arm to simulate")
-    p.add_argument("--studies", type=_positive, default=200, help="simulated studies per cell")
-    p.add_argument("--boot", type=_positive, default=200, help="bootstrap resamples per simulated study")
-    p.add_argument("--tails", choices=("normal", "t3"), default="normal", help="the noise's distribution")
-    p.add_argument("--seed", type=int, default=0, help="RNG seed (the table is deterministic given it)")
-    p.add_argument("--out", default="results/calibration.csv", help="CSV path; the .md goes beside it")
-    p.set_defaults(func=_cmd_calibrate)

@@ -69,7 +69,7 @@ rule project:
     log:
         f"{LOGS}/project.log",
     run:
-        from pods.analysis import project
+        from pods.views import project
 
         with open(log[0], "w") as fh:
             written = project(input.summary, params.paper, input.costs, PROJECTION_DIR, FIGURES)
@@ -98,7 +98,7 @@ rule verdict_views:
     log:
         f"{LOGS}/verdict_views.log",
     run:
-        from pods.analysis import verdict_views
+        from pods.views import verdict_views
 
         with open(log[0], "w") as fh:
             written = verdict_views(RUNS, input.study, PROJECTION_DIR, FIGURES, studies=params.studies,
