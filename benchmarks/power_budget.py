@@ -2,7 +2,7 @@
 
 The default study trains 6 runs per seed (2 benchmarks x 3 arms), two at a time on 2 cores, so
 seeds x budget per run is fixed at about 4 x 240 s. For each split (k seeds x T seconds) this
-fits the calibration harness's population model (pods.calibration) to the committed runs cut at
+fits the calibration harness's population model (pods.study.calibration) to the committed runs cut at
 T, simulates studies of k seeds from it, and prints the share that decide each primary endpoint
 at the study's Bonferroni level (5% / 4 comparisons): the power each split would have if the
 effects were as the committed runs estimate them. Splits with T > 240 s cannot be evaluated from
@@ -15,7 +15,7 @@ import argparse
 import numpy as np
 import pandas as pd
 
-from pods import analysis, calibration, verdict
+from pods.study import analysis, calibration, verdict
 
 SPLITS = ((4, 240.0), (5, 195.0), (6, 165.0), (8, 120.0))
 

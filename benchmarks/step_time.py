@@ -3,7 +3,7 @@
     python benchmarks/step_time.py [--base-model models/arith/base] [--steps 8] [--warmup 2]
                                    [--out costs.json --hardware my-machine]
 
-Our three arms run the real training loop (`pods.trainer.train`, evaluation off the clock) and
+Our three arms run the real training loop (`pods.training.trainer.train`, evaluation off the clock) and
 the phase means come from its `steps.jsonl`. TRL runs two arms on the same model, prompts, rewards
 and batch (8 prompts per step, one optimiser step per generated batch, 128 completions trained per
 step): TRL's `GRPOTrainer` with 16 completions per prompt, and `PODSGRPOTrainer`
@@ -40,11 +40,11 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from pods.config import load_train_config, method_name  # noqa: E402
+from pods.training.config import load_train_config, method_name  # noqa: E402
 from pods.runs import read_jsonl  # noqa: E402
-from pods.tasks import get_task  # noqa: E402
-from pods.timing import STEP_PHASES  # noqa: E402
-from pods.trainer import train  # noqa: E402
+from pods.training.tasks import get_task  # noqa: E402
+from pods.training.timing import STEP_PHASES  # noqa: E402
+from pods.training.trainer import train  # noqa: E402
 
 ARMS = {  # label -> (n, m); micro_batch is shared, so GRPO-GA accumulates over more micro-batches
     "GRPO n=16": (16, 16),
@@ -75,7 +75,7 @@ def parse_args() -> argparse.Namespace:
 def ensure_base(path: str, workdir: Path) -> tuple[Path, bool]:
     if (Path(path) / "config.json").is_file():
         return Path(path), True
-    from pods.models import build_char_tokenizer, build_tiny_policy
+    from pods.training.models import build_char_tokenizer, build_tiny_policy
 
     out = workdir / "untrained-base"
     tok = build_char_tokenizer()
@@ -111,7 +111,7 @@ def trl_arm(args, base: Path, workdir: Path, n: int, m: int, round_: int) -> lis
     from datasets import Dataset
     from transformers import TrainerCallback
 
-    from pods.models import load_policy
+    from pods.training.models import load_policy
 
     task = get_task(args.benchmark)
     problems = task.train_problems(0)[: args.prompts_per_step * (args.warmup + args.steps)]

@@ -12,7 +12,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from datasets import Dataset  # noqa: E402
 
 from pods.integrations.trl import PODSGRPOConfig, PODSGRPOTrainer  # noqa: E402
-from pods.models import build_char_tokenizer, build_tiny_policy  # noqa: E402
+from pods.training.models import build_char_tokenizer, build_tiny_policy  # noqa: E402
 
 tokenizer = build_char_tokenizer()
 model = build_tiny_policy(tokenizer, n_layer=2, d_model=64)  # or AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B-Instruct")

@@ -12,19 +12,17 @@ import argparse
 import importlib
 import sys
 
-from pods.runs import RunFailed, RunInterrupted
-
 # sub-command name -> (module that implements it, one line of help)
 COMMANDS = {
-    "train": ("pods.trainer", "train one GRPO / GRPO-PODS run (resumes from its checkpoint when restarted)"),
-    "fetch": ("pods.hub", "fetch a model or dataset from the hub once, into the hub cache and a local folder"),
-    "warmstart": ("pods.warmstart", "supervised warm start of the tiny policy (the embedded base model)"),
-    "analyze": ("pods.analysis", "speedup table of a study over run directories"),
-    "calibrate": ("pods.views:add_calibrate_arguments", "coverage, false decisions and power of every endpoint, by simulation"),
-    "project": ("pods.views:add_project_arguments",
+    "train": ("pods.training.trainer", "train one GRPO / GRPO-PODS run (resumes from its checkpoint when restarted)"),
+    "fetch": ("pods.training.hub", "fetch a model or dataset from the hub once, into the hub cache and a local folder"),
+    "warmstart": ("pods.training.warmstart", "supervised warm start of the tiny policy (the embedded base model)"),
+    "analyze": ("pods.study.analysis", "speedup table of a study over run directories"),
+    "calibrate": ("pods.study.views:add_calibrate_arguments", "coverage, false decisions and power of every endpoint, by simulation"),
+    "project": ("pods.study.views:add_project_arguments",
                 "speedup = step efficiency / step cost beside the paper's, and projections onto other hardware"),
-    "plot": ("pods.plots", "figures from run metrics (PNG + PDF)"),
-    "paper": ("pods.paper", "the paper's figures from the authors' released results"),
+    "plot": ("pods.study.plots", "figures from run metrics (PNG + PDF)"),
+    "paper": ("pods.paper.cli", "the paper's figures from the authors' released results"),
 }
 
 
@@ -42,7 +40,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(argv[0] if argv else None)
+    try:  # the commands need the `study` extra; a core-only install (`pip install pods`) says so in one line
+        from pods.runs import RunFailed, RunInterrupted
+        parser = build_parser(argv[0] if argv else None)
+    except ModuleNotFoundError as exc:
+        print(f"pods: {exc}: the command line needs the study extra (pip install 'pods[study]')", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

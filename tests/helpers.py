@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 
 from pods import cli
-from pods.config import load_train_config, parse_method
+from pods.training.config import load_train_config, parse_method
 from pods.runs import build_summary
-from pods.tasks.base import Problem, Task
+from pods.training.tasks.base import Problem, Task
 
 
 # --------------------------------------------------------------------------------------------
@@ -49,7 +49,7 @@ class FirstDigit(Task):
 
 def save_tiny_base(path, seed=0):
     # imported here so that conftest.py, loaded by every test session, does not load torch
-    from pods.models import build_char_tokenizer, build_tiny_policy
+    from pods.training.models import build_char_tokenizer, build_tiny_policy
 
     tok = build_char_tokenizer()
     model = build_tiny_policy(tok, n_layer=2, d_model=64, n_head=2, seed=seed)

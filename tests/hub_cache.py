@@ -56,7 +56,7 @@ def tiny_model(folder: Path, arch: str, seed: int = 0) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-    from pods.models import build_char_tokenizer
+    from pods.training.models import build_char_tokenizer
 
     tokenizer = build_char_tokenizer()
     tokenizer.chat_template = CHATML

@@ -1,4 +1,4 @@
-"""pods.analysis: reading runs, grid alignment, mean curves, time to target, bootstrap, studies."""
+"""pods.study.analysis: reading runs, grid alignment, mean curves, time to target, bootstrap, studies."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from helpers import make_study_runs, write_run
-from pods import analysis, verdict
+from pods.study import analysis, verdict
 from pods.cli import main as pods_main
 
 
@@ -340,7 +340,7 @@ def test_cli_analyze_writes_csv_and_markdown(tmp_path, capsys):
 
 
 def test_infinite_numbers_print_as_what_they_mean_in_their_column():
-    from pods.calibration import LADDER
+    from pods.study.calibration import LADDER
 
     # a speedup or an interval bound that is infinite is "inf"; only seeds_to_decide has a ladder
     assert analysis._fmt(float("inf")) == "inf" and analysis._fmt(float("-inf")) == "-inf"

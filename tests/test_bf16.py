@@ -12,9 +12,9 @@ import math
 import pytest
 import torch
 
-from pods.config import TrainConfig
-from pods.update.base import UpdateBatch
-from pods.update.torch_engine import TorchUpdateEngine
+from pods.training.config import TrainConfig
+from pods.training.update.base import UpdateBatch
+from pods.training.update.torch_engine import TorchUpdateEngine
 from tiny_models import padded_batch, tiny_lm
 
 VOCAB = 48

@@ -1,6 +1,6 @@
 """The `l40s-lora` recipe with the real bitsandbytes on CPU (bitsandbytes >= 0.50 runs there).
 
-The recipe (config/hardware/l40s-lora.yaml, pods/update/lora.py): the base reloaded in 4-bit
+The recipe (config/hardware/l40s-lora.yaml, pods/training/update/lora.py): the base reloaded in 4-bit
 NF4 (double-quantised, bf16 compute) under a peft LoRA adapter of rank 64 on every projection,
 bitsandbytes' 8-bit AdamW, bf16, gradient checkpointing, the reference being the same model with
 the adapter disabled. On a CPU the rollouts come from the `hf` engine instead of vLLM (that one is
@@ -21,10 +21,10 @@ bnb = pytest.importorskip("bitsandbytes", reason="bitsandbytes is not installed 
 
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-from pods.config import TrainConfig  # noqa: E402
-from pods.models import build_char_tokenizer, build_tiny_policy  # noqa: E402
-from pods.update.base import UpdateBatch  # noqa: E402
-from pods.update.lora import LoraUpdateEngine  # noqa: E402
+from pods.training.config import TrainConfig  # noqa: E402
+from pods.training.models import build_char_tokenizer, build_tiny_policy  # noqa: E402
+from pods.training.update.base import UpdateBatch  # noqa: E402
+from pods.training.update.lora import LoraUpdateEngine  # noqa: E402
 
 pytestmark = pytest.mark.bnb
 REPO_RECIPE = "config/hardware/l40s-lora.yaml"
@@ -109,7 +109,7 @@ def test_4bit_base_lora_adapter_and_8bit_adamw(base):
 
     batch = make_batch(0)
     reference = TrainConfig(base_model=str(base))
-    from pods.update.torch_engine import TorchUpdateEngine
+    from pods.training.update.torch_engine import TorchUpdateEngine
 
     full_precision = TorchUpdateEngine(model=full, config=reference).logprobs(batch)
     start = engine.logprobs(batch)
@@ -146,7 +146,7 @@ def test_4bit_base_lora_adapter_and_8bit_adamw(base):
 
 @pytest.mark.slow
 def test_l40s_lora_recipe_trains_a_few_steps_on_cpu(base, tmp_path):
-    from pods.trainer import train
+    from pods.training.trainer import train
 
     cfg = TrainConfig(
         benchmark="arith", base_model=str(base), n=8, m=4, rule="max_variance", beta=0.04, max_new_tokens=16,
@@ -161,7 +161,7 @@ def test_l40s_lora_recipe_trains_a_few_steps_on_cpu(base, tmp_path):
     # the adapter-free reference pass ran every step (beta > 0); an untrained base earns equal
     # rewards, so the adapter may not move here: test_4bit_base_lora_adapter_and_8bit_adamw shows it
     assert all(s["logprob_s"] > 0 for s in steps)
-    import pods.checkpoint as ckpt
+    import pods.training.checkpoint as ckpt
 
     checkpoint = ckpt.load(tmp_path / "run/checkpoint", ckpt.read_manifest(tmp_path / "run/checkpoint"))["engine"]
     assert checkpoint.keys() == {"adapter", "optimizer", "scheduler"}  # the 4-bit base is not saved

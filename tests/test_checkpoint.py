@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-import pods.checkpoint as ckpt
+import pods.training.checkpoint as ckpt
 from helpers import pods_train
-from pods.rundir import rng_state, set_rng_state
+from pods.training.rundir import rng_state, set_rng_state
 
 pytestmark = pytest.mark.usefixtures("toy_task")
 

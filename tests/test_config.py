@@ -2,7 +2,7 @@
 import pytest
 import yaml
 
-from pods.config import TrainConfig, load_train_config, parse_method
+from pods.training.config import TrainConfig, load_train_config, parse_method
 
 
 def test_defaults_validate_and_name_the_run():
@@ -71,7 +71,7 @@ def test_every_field_is_documented():
 
 @pytest.mark.parametrize(
     "module, options",
-    [("pods.update.lora", "LoraOptions"), ("pods.update.deepspeed_engine", "DeepSpeedOptions"), ("pods.rollout.vllm", "VLLMOptions")],
+    [("pods.training.update.lora", "LoraOptions"), ("pods.training.update.deepspeed_engine", "DeepSpeedOptions"), ("pods.training.rollout.vllm", "VLLMOptions")],
 )
 def test_engine_options_are_config_fields_with_the_engines_defaults(module, options):
     """Engines read their options from TrainConfig fields of the same name: keep both in step."""

@@ -13,9 +13,9 @@ import torch.multiprocessing as mp
 
 pytest.importorskip("deepspeed")
 
-from pods.config import TrainConfig  # noqa: E402
-from pods.update.base import UpdateBatch  # noqa: E402
-from pods.update.torch_engine import TorchUpdateEngine  # noqa: E402
+from pods.training.config import TrainConfig  # noqa: E402
+from pods.training.update.base import UpdateBatch  # noqa: E402
+from pods.training.update.torch_engine import TorchUpdateEngine  # noqa: E402
 from tiny_models import padded_batch, tiny_lm  # noqa: E402
 
 VOCAB = 40
@@ -60,8 +60,8 @@ def _worker(rank, world, port, out, run_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
     torch.set_num_threads(1)
-    from pods.distributed import full_weights
-    from pods.update.deepspeed_engine import DeepSpeedUpdateEngine
+    from pods.training.distributed import full_weights
+    from pods.training.update.deepspeed_engine import DeepSpeedUpdateEngine
 
     for stage, loss_agg in SETTINGS:  # one process group for every setting: start-up is the cost
         engine = DeepSpeedUpdateEngine(model=tiny_llama(), config=train_config(stage, loss_agg))
@@ -72,7 +72,7 @@ def _worker(rank, world, port, out, run_dir):
             results=results, logprobs=logprobs, params=params,
             micro_batches=len(list(engine._micro_batches(make_batch(0)))),
         )
-    import pods.update.deepspeed_engine as engine_module
+    import pods.training.update.deepspeed_engine as engine_module
 
     def sharded_config(*args):  # ZeRO-3 keeps parameters under 1e5 elements whole: shard them all
         ds = default_config(*args)
@@ -158,7 +158,7 @@ def test_checkpoint_resumes_exactly(distributed, stage):
 
 
 def test_split_and_config_helpers():
-    from pods.update.deepspeed_engine import DeepSpeedOptions, deepspeed_config, shard
+    from pods.training.update.deepspeed_engine import DeepSpeedOptions, deepspeed_config, shard
 
     assert [shard(8, r, 2) for r in (0, 1)] == [(0, 4), (4, 8)]
     with pytest.raises(ValueError, match="split evenly"):

@@ -6,10 +6,10 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from pods.tasks import get_task
-from pods.tasks.gsm8k import GSM8K
-from pods.tasks.math import MATH_SUBSETS, AMC23, Math500, MathTrain, load_split
-from pods.tasks.rewards import SYSTEM_PROMPT
+from pods.training.tasks import get_task
+from pods.training.tasks.gsm8k import GSM8K
+from pods.training.tasks.math import MATH_SUBSETS, AMC23, Math500, MathTrain, load_split
+from pods.training.tasks.rewards import SYSTEM_PROMPT
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -208,7 +208,7 @@ def test_a_math_subset_is_read_once_whatever_the_layout(data, tmp_path, layout):
 
 
 def test_hub_tasks_name_the_datasets_a_workflow_fetches():
-    from pods.tasks import task_class
+    from pods.training.tasks import task_class
 
     assert task_class("gsm8k_llama").hub_datasets({}) == {"source": "openai/gsm8k"}
     assert task_class("math").hub_datasets({}) == {"source": "EleutherAI/hendrycks_math",

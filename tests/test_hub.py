@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 import hub_cache
-from pods import hub
+from pods.training import hub
 from pods.cli import main as pods_main
-from pods.study import Study, load_study_config
+from pods.study.model import Study, load_study_config
 
 QWEN = "Qwen/Qwen2.5-3B-Instruct"
 
@@ -53,7 +53,7 @@ def test_an_id_the_offline_cache_lacks_is_refused_in_one_line_naming_the_fetch(c
 
 
 def test_a_hub_id_base_model_resolves_through_the_cache(cache):
-    from pods.config import TrainConfig
+    from pods.training.config import TrainConfig
 
     cfg = TrainConfig(benchmark="gsm8k", base_model=QWEN)
     assert cfg.model_path() == cache / f"models--{QWEN.replace('/', '--')}/snapshots/{hub_cache._commit(QWEN)}"

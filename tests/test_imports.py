@@ -1,6 +1,7 @@
 """The package's import graph against docs/architecture.md: no cycles (function-level imports
-included), the training side never imports the study side or the authors'-data side, and neither
-of those imports a training engine. The rooms are read from the document, so it cannot drift."""
+included), the core imports nothing else of the package, the training side never imports the study
+side or the authors'-data side, and neither of those imports a training engine. The rooms are read
+from the document, so it cannot drift, and each module's room is the one its subpackage names."""
 from __future__ import annotations
 
 import ast
@@ -87,12 +88,12 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def rooms(doc: str) -> dict[str, str]:
-    """Documented module -> its room: `training engine`, `training specification`, `study`,
+    """Documented module -> its room: `core`, `training engine`, `training specification`, `study`,
     `authors' data` or `shared`, from the headings and lists of docs/architecture.md."""
     placed, room = {}, None
     for line in doc.splitlines():
         if line.startswith("## "):
-            room = {"Training": "training", "Study": "study", "Authors' data": "authors' data",
+            room = {"Core": "core", "Training": "training", "Study": "study", "Authors' data": "authors' data",
                     "Shared by every side": "shared"}.get(line[3:].strip())
         elif room and line.startswith("Engines"):
             room = "training engine"
@@ -104,18 +105,26 @@ def rooms(doc: str) -> dict[str, str]:
 
 
 def room_of(module: str, placed: dict[str, str]) -> str | None:
-    while module and module not in placed:  # `pods.rollout.hf` lives where `pods.rollout` does
+    while module and module not in placed:  # `pods.training.rollout.hf` lives where `pods.training.rollout` does
         module = module.rpartition(".")[0]
     return placed.get(module)
 
 
 # Which room may import which (the package's own `__init__` is importable from everywhere).
 ALLOWED = {
-    "training engine": {"training engine", "training specification", "shared"},
-    "training specification": {"training engine", "training specification", "shared"},
-    "study": {"study", "training specification", "shared"},
-    "authors' data": {"authors' data", "study", "training specification", "shared"},
-    "shared": {"shared", "training specification"},
+    "core": {"core"},
+    "training engine": {"training engine", "training specification", "core", "shared"},
+    "training specification": {"training engine", "training specification", "core", "shared"},
+    "study": {"study", "training specification", "core", "shared"},
+    "authors' data": {"authors' data", "study", "training specification", "core", "shared"},
+    "shared": {"shared", "training specification", "core"},
+}
+# The rooms each subpackage holds (a top-level module is core or shared).
+PACKAGE_ROOMS = {
+    "pods.training": {"training engine", "training specification"},
+    "pods.study": {"study"},
+    "pods.paper": {"authors' data"},
+    "pods.integrations": {"core"},
 }
 
 
@@ -138,6 +147,14 @@ def test_every_module_has_a_room_in_the_architecture_document():
     unplaced = [m for m in GRAPH if m != "pods" and room_of(m, PLACED) is None]
     assert unplaced == [], f"add a line for each to {ROOMS_DOC.relative_to(REPO)}"
     assert set(PLACED) <= set(GRAPH), "the document lists a module the package does not have"
+
+
+def test_each_subpackage_holds_its_room_only():
+    def expected(module):
+        top = ".".join(module.split(".")[:2])
+        return PACKAGE_ROOMS.get(top, {"core", "shared"})
+    misplaced = [f"{m}: {room_of(m, PLACED)}" for m in GRAPH if room_of(m, PLACED) not in expected(m)]
+    assert misplaced == []
 
 
 def test_no_import_cycles():

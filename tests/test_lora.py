@@ -5,10 +5,10 @@ import importlib.util
 import pytest
 import torch
 
-from pods.config import TrainConfig
-from pods.update.base import UpdateBatch
-from pods.update.lora import LoraOptions, LoraUpdateEngine
-from pods.update.torch_engine import TorchUpdateEngine
+from pods.training.config import TrainConfig
+from pods.training.update.base import UpdateBatch
+from pods.training.update.lora import LoraOptions, LoraUpdateEngine
+from pods.training.update.torch_engine import TorchUpdateEngine
 from tiny_models import tiny_lm
 
 VOCAB = 48
@@ -89,7 +89,7 @@ def test_kl_against_the_adapter_free_base():
 
 
 def test_checkpoint_holds_the_adapter_only_and_resumes_exactly(tmp_path):
-    import pods.checkpoint as ckpt
+    import pods.training.checkpoint as ckpt
 
     batch, adv = make_batch(), torch.linspace(-1.0, 1.0, 8)
     a = LoraUpdateEngine(model=tiny_qwen2(), config=lora_config())

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from pods.models import build_char_tokenizer, build_tiny_policy, load_policy, n_params
+from pods.training.models import build_char_tokenizer, build_tiny_policy, load_policy, n_params
 
 
 @pytest.fixture(scope="module")

@@ -4,11 +4,11 @@ import importlib
 
 import pytest
 
-from pods.config import TrainConfig
-from pods.options import EngineOptions, engine_options
+from pods.training.config import TrainConfig
+from pods.training.options import EngineOptions, engine_options
 
-VIEWS = [("pods.update.lora", "LoraOptions"), ("pods.update.deepspeed_engine", "DeepSpeedOptions"),
-         ("pods.rollout.vllm", "VLLMOptions")]
+VIEWS = [("pods.training.update.lora", "LoraOptions"), ("pods.training.update.deepspeed_engine", "DeepSpeedOptions"),
+         ("pods.training.rollout.vllm", "VLLMOptions")]
 
 
 @pytest.mark.parametrize("module, name", VIEWS)

@@ -26,7 +26,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from pods import analysis, paper
+from pods.study import analysis
+from pods.paper import figures, importer, release
 from pods.cli import main as pods_main
 from pods.runs import read_jsonl
 
@@ -56,7 +57,7 @@ def FIXTURES(tmp_path_factory):
 @pytest.fixture(scope="module")
 def fixture_runs(tmp_path_factory, FIXTURES):
     out = tmp_path_factory.mktemp("fixture-import")
-    report = paper.import_release(FIXTURES, out)
+    report = importer.import_release(FIXTURES, out)
     return out, report
 
 
@@ -127,8 +128,8 @@ def test_llama_runs_use_both_acc_ten_minute_checkpoints_and_the_llama_base(fixtu
 def test_llama_speedup_is_the_closed_form_one(fixture_runs):
     out, _ = fixture_runs
     tables = analysis.load_runs(out)
-    summary = paper.paper_summary(tables.evals, tables.summaries, n_boot=50)
-    table = paper.speedup_table(summary).set_index(["setting", "target_rule", "target"])
+    summary = figures.paper_summary(tables.evals, tables.summaries, n_boot=50)
+    table = figures.speedup_table(summary).set_index(["setting", "target_rule", "target"])
     row = table.loc[("llama-l40s", "paper", "0.99")]
     assert row["target_accuracy"] == pytest.approx(99 * 0.37)
     assert (row["t_grpo"], row["t_pods"]) == (pytest.approx(1.5), pytest.approx(50 / 60))
@@ -155,9 +156,9 @@ def _authors_curve(path: Path, arm: str, metric: str, seeds: set[int]) -> np.nda
 def test_a100_curves_equal_the_authors_alignment_done_by_brute_force(fixture_runs, FIXTURES):
     out, _ = fixture_runs
     evals = analysis.load_evals(out)
-    fig = paper.PAPER_FIGURES["a100s"]
-    acc = paper.figure_curves(evals, fig)
-    length = paper.figure_curves(evals, fig, value="mean_length")
+    fig = figures.PAPER_FIGURES["a100s"]
+    acc = figures.figure_curves(evals, fig)
+    length = figures.figure_curves(evals, fig, value="mean_length")
     arms = {"grpo-n32-m32": ("-n32-m32-ga16", {11, 14, 22, 23}),
             "pods-max_variance-n128-m32": ("-n128-m32-ga4", {13, 15})}
     for method, (suffix, seeds) in arms.items():
@@ -175,7 +176,7 @@ LEN = "eval/completions/mean_length"
 def test_a100_step_time_is_the_authors_formula_on_the_wandb_step(fixture_runs):
     out, _ = fixture_runs
     runs = analysis.find_runs(out)
-    bars = paper.paper_step_times(analysis.load_evals(runs), analysis.load_summaries(runs), paper.PAPER_FIGURES["a100s"])
+    bars = figures.paper_step_times(analysis.load_evals(runs), analysis.load_summaries(runs), figures.PAPER_FIGURES["a100s"])
     # every fixture seed logs _step = 20 + 35 i at t ~ 60 + 120 i: nearest to 1800 s is i = 14 or 15
     for method, ga in (("grpo-n32-m32", 16), ("pods-max_variance-n128-m32", 4)):
         steps = []
@@ -192,16 +193,16 @@ def test_a100_step_time_is_the_authors_formula_on_the_wandb_step(fixture_runs):
 
 def test_paper_figures_draw_from_fixtures_and_refuse_absent_settings(fixture_runs, tmp_path):
     out, _ = fixture_runs
-    result = paper.build_paper_outputs(out, tmp_path / "fig", names=["llama_main"])
+    result = figures.build_paper_outputs(out, tmp_path / "fig", names=["llama_main"])
     assert result["figures"] == ["llama_main"]
-    for path in paper.figure_outputs(tmp_path / "fig", ["llama_main"]):
+    for path in figures.figure_outputs(tmp_path / "fig", ["llama_main"]):
         assert path.stat().st_size > 0, path
     assert (tmp_path / "fig" / "llama_main.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     speedups = pd.read_csv(tmp_path / "fig" / "speedups.csv")
-    assert list(speedups.columns) == paper.SPEEDUP_COLUMNS
+    assert list(speedups.columns) == figures.SPEEDUP_COLUMNS
     assert set(speedups["setting"]) == {"gsm8k-l40s", "math-l40s", "llama-l40s", "h100x8", "a100x8"}
     with pytest.raises(FileNotFoundError, match="gsm8k_main needs runs imported from Instruct-GSM8K"):
-        paper.build_paper_outputs(out, tmp_path / "fig2", names=["gsm8k_main"])
+        figures.build_paper_outputs(out, tmp_path / "fig2", names=["gsm8k_main"])
 
 
 # --------------------------------------------------------------------------------------------
@@ -215,7 +216,7 @@ def test_a_missing_run_of_a_present_setting_is_an_error_naming_it(tmp_path):
     src = _copy_fixtures(tmp_path)
     (src / "Instruct-Llama-512-64-16-0.04-Run3.json").unlink()
     with pytest.raises(FileNotFoundError, match="Instruct-Llama-512-64-16-0.04-Run3.json is missing"):
-        paper.import_release(src, tmp_path / "out")
+        importer.import_release(src, tmp_path / "out")
     assert not (tmp_path / "out").exists()  # checked before anything is written
 
 
@@ -223,7 +224,7 @@ def test_a_missing_base_model_file_is_an_error_naming_it(tmp_path):
     src = _copy_fixtures(tmp_path)
     (src / "base-llama.json").unlink()
     with pytest.raises(FileNotFoundError, match="base-llama.json is missing"):
-        paper.import_release(src, tmp_path / "out")
+        importer.import_release(src, tmp_path / "out")
 
 
 @pytest.mark.parametrize("damage, message", [
@@ -240,7 +241,7 @@ def test_a_malformed_run_file_is_an_error_naming_it(tmp_path, damage, message):
     src = _copy_fixtures(tmp_path)
     damage(src / "Instruct-Llama-512-16-16-0.04-Run5.json")
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
-        paper.import_release(src, tmp_path / "out")
+        importer.import_release(src, tmp_path / "out")
 
 
 def test_a_run_gets_the_base_rows_of_exactly_the_eval_sets_it_evaluates(tmp_path):
@@ -252,7 +253,7 @@ def test_a_run_gets_the_base_rows_of_exactly_the_eval_sets_it_evaluates(tmp_path
     for key in list(log)[:5]:
         log[key].update(make_fixtures.llama_block(0.2, 0.3, 400.0, "amc23"))
     path.write_text(json.dumps(log))
-    report = paper.import_release(src, tmp_path / "out")
+    report = importer.import_release(src, tmp_path / "out")
     assert report["base_only_eval_sets"][LLAMA[0]] == {"amc23": [1, 2, 4, 5, 6, 7, 8, 9, 10],
                                                        "math500": list(range(1, 11))}
     assert f"{LLAMA[0]}: 'amc23' of base-llama.json is left out: runs 1, 2, 4, 5, 6, 7, 8, 9, 10 do not " \
@@ -267,30 +268,30 @@ def test_a_run_gets_the_base_rows_of_exactly_the_eval_sets_it_evaluates(tmp_path
 def test_inferred_optimizer_steps_allow_only_the_last_evaluation_to_repeat_a_step():
     per_eval, per_step = 45, 3 * 4 + 5
     counts = [per_step * k + per_eval * i - 2 for i, k in enumerate([1, 2, 4], 1)]
-    assert paper.inferred_optimizer_steps(counts, 4, per_eval) == [1, 2, 4]
-    assert paper.inferred_optimizer_steps(counts + [counts[-1] + per_eval + 2], 4, per_eval) == [1, 2, 4, 4]
+    assert importer.inferred_optimizer_steps(counts, 4, per_eval) == [1, 2, 4]
+    assert importer.inferred_optimizer_steps(counts + [counts[-1] + per_eval + 2], 4, per_eval) == [1, 2, 4, 4]
     with pytest.raises(ValueError, match="does not fit 17 log calls per optimiser step and 45 per evaluation"):
         repeat = [counts[0], counts[0] + per_eval, counts[0] + 2 * per_eval + per_step]
-        paper.inferred_optimizer_steps(repeat, 4, per_eval)
+        importer.inferred_optimizer_steps(repeat, 4, per_eval)
     with pytest.raises(ValueError, match="does not fit"):
-        paper.inferred_optimizer_steps(counts + [counts[-1] + per_eval - per_step], 4, per_eval)
+        importer.inferred_optimizer_steps(counts + [counts[-1] + per_eval - per_step], 4, per_eval)
 
 
 def test_wandb_export_problems_are_errors_naming_the_file(tmp_path):
     src = _copy_fixtures(tmp_path)
     (src / "a100s-length.csv").unlink()
     with pytest.raises(FileNotFoundError, match="a100s-length.csv is missing \\(other files of a100s"):
-        paper.import_release(src, tmp_path / "out")
+        importer.import_release(src, tmp_path / "out")
     src = _copy_fixtures(tmp_path / "b")
     text = (src / "a100s-acc.csv").read_text().replace("GR7B-s13-p8", "GR7B-s13-q8", 1)
     (src / "a100s-acc.csv").write_text(text)
     with pytest.raises(ValueError, match=r"a100s-acc.csv: column 'data/GR7B-s13-q8"):
-        paper.import_release(src, tmp_path / "out")
+        importer.import_release(src, tmp_path / "out")
     src = _copy_fixtures(tmp_path / "c")
     text = (src / "a100s-acc.csv").read_text().replace("GR7B", "GRPO")
     (src / "a100s-acc.csv").write_text(text)
     with pytest.raises(ValueError, match="a100s-acc.csv: run prefix 'GRPO', expected 'GR7B'"):
-        paper.import_release(src, tmp_path / "out")
+        importer.import_release(src, tmp_path / "out")
 
 
 # --------------------------------------------------------------------------------------------
@@ -301,7 +302,7 @@ def test_download_checks_pinned_sums_and_records_unpinned_ones(tmp_path, FIXTURE
     pinned = hashlib.sha256((FIXTURES / names[0]).read_bytes()).hexdigest()
     manifest = {"repo": "owner/repo", "commit": "c" * 40, "url": FIXTURES.as_uri() + "/{file}",
                 "files": {names[0]: pinned, names[1]: None}}
-    dest = paper.download_release(tmp_path / "dl", manifest)
+    dest = release.download_release(tmp_path / "dl", manifest)
     for name in names:
         assert (dest / name).read_bytes() == (FIXTURES / name).read_bytes()
     sums = dict(line.split("  ")[::-1] for line in (dest / "SHA256SUMS").read_text().splitlines())
@@ -309,42 +310,42 @@ def test_download_checks_pinned_sums_and_records_unpinned_ones(tmp_path, FIXTURE
 
     bad = {**manifest, "files": {names[0]: "0" * 64}}
     with pytest.raises(ValueError, match=f"base-llama.json: sha256 {pinned} does not match the manifest's {'0' * 64}"):
-        paper.download_release(tmp_path / "dl2", bad)
+        release.download_release(tmp_path / "dl2", bad)
     assert not (tmp_path / "dl2" / names[0]).exists()
     absent = {**manifest, "files": {"no-such-file.json": None}}
     with pytest.raises(FileNotFoundError, match="could not download no-such-file.json"):
-        paper.download_release(tmp_path / "dl3", absent)
+        release.download_release(tmp_path / "dl3", absent)
 
 
 def test_download_url_is_the_pinned_commit_of_the_release():
-    manifest = paper.load_manifest()
-    assert manifest["commit"] == paper.RELEASE_COMMIT and len(manifest["commit"]) == 40
+    manifest = release.load_manifest()
+    assert manifest["commit"] == release.RELEASE_COMMIT and len(manifest["commit"]) == 40
     url = manifest["url"].format(repo=manifest["repo"], commit=manifest["commit"], file="h100s-acc.csv")
     assert url == ("https://raw.githubusercontent.com/YixuanEvenXu/pods/"
                    "187f43b648f69385103029c2dd0934521e17bb71/results/h100s-acc.csv")
-    assert sorted(manifest["files"]) == sorted(paper.release_files())
+    assert sorted(manifest["files"]) == sorted(release.release_files())
 
 
 def test_the_manifest_pins_every_file_and_a_download_that_differs_is_refused(tmp_path, FIXTURES):
-    manifest = paper.load_manifest()
+    manifest = release.load_manifest()
     assert all(re.fullmatch(r"[0-9a-f]{64}", sha or "") for sha in manifest["files"].values()), manifest["files"]
     # the Llama and A100 files, unpinned before: a synthetic stand-in is refused, naming both digests
     for name in ("base-llama.json", "Instruct-Llama-512-64-16-0.04-Run4.json", "a100s-length.csv"):
         one = {**manifest, "url": FIXTURES.as_uri() + "/{file}", "files": {name: manifest["files"][name]}}
-        got = paper.sha256_file(FIXTURES / name)
+        got = release.sha256_file(FIXTURES / name)
         with pytest.raises(ValueError, match=f"^{re.escape(name)}: sha256 {got} does not match the manifest's "
                                              f"{manifest['files'][name]}$"):
-            paper.download_release(tmp_path / "dl", one)
+            release.download_release(tmp_path / "dl", one)
         assert not (tmp_path / "dl" / name).exists()
 
 
 def test_manifest_pins_the_files_of_the_local_copy():
     need_release()
-    manifest = paper.load_manifest()
+    manifest = release.load_manifest()
     present = [name for name in manifest["files"] if (RELEASE / name).exists()]
     assert present
     for name in present:
-        assert manifest["files"][name] == paper.sha256_file(RELEASE / name), name
+        assert manifest["files"][name] == release.sha256_file(RELEASE / name), name
 
 
 # --------------------------------------------------------------------------------------------
@@ -354,13 +355,13 @@ def test_manifest_pins_the_files_of_the_local_copy():
 def release_tables(tmp_path_factory):
     need_release()
     out = tmp_path_factory.mktemp("release-import")
-    report = paper.import_release(RELEASE, out)
+    report = importer.import_release(RELEASE, out)
     runs = analysis.find_runs(out)
     evals, summaries = analysis.load_evals(runs), analysis.load_summaries(runs)
-    summary = paper.paper_summary(evals, summaries, n_boot=500)
+    summary = figures.paper_summary(evals, summaries, n_boot=500)
     return {"report": report, "evals": evals, "summaries": summaries, "summary": summary,
-            "speedups": paper.speedup_table(summary).set_index(["setting", "target_rule", "target"]),
-            "ablations": paper.ablation_table(evals, summaries)}
+            "speedups": figures.speedup_table(summary).set_index(["setting", "target_rule", "target"]),
+            "ablations": figures.ablation_table(evals, summaries)}
 
 
 @pytest.mark.parametrize("setting, rule, target, t_grpo, t_pods, speedup", [
@@ -419,7 +420,7 @@ def test_settings_absent_from_the_local_copy_are_reported_missing(release_tables
 
 
 def _curve(release_tables, figure, method, value="accuracy"):
-    return paper.figure_curves(release_tables["evals"], paper.PAPER_FIGURES[figure], value=value)[method]
+    return figures.figure_curves(release_tables["evals"], figures.PAPER_FIGURES[figure], value=value)[method]
 
 
 def test_main_curves_equal_the_paper_tables(release_tables):
@@ -443,7 +444,7 @@ def test_h100_curves_and_bars_equal_the_paper(release_tables):
                                                84.1, 83.5, 83.8, 83.1]}
     for method, values in expected.items():
         assert list(np.round(100 * _curve(release_tables, "h100s", method)["mean"], 1)) == values
-    bars = paper.paper_step_times(release_tables["evals"], release_tables["summaries"], paper.PAPER_FIGURES["h100s"])
+    bars = figures.paper_step_times(release_tables["evals"], release_tables["summaries"], figures.PAPER_FIGURES["h100s"])
     assert round(bars["grpo-n32-m32"], 2) == 21.85 and round(bars["pods-max_variance-n128-m32"], 2) == 10.09
     lengths = _curve(release_tables, "h100s", "pods-max_variance-n128-m32", "mean_length")["mean"]
     assert round(lengths.max()) == 413 and round(lengths.iloc[-1]) == 283  # docs/paper.md 3.4
@@ -479,7 +480,7 @@ def test_ablation_table_equals_the_paper(release_tables):
 
 
 def test_math_seconds_per_step_equal_the_paper(release_tables):
-    bars = paper.paper_step_times(release_tables["evals"], release_tables["summaries"], paper.PAPER_FIGURES["math_main"])
+    bars = figures.paper_step_times(release_tables["evals"], release_tables["summaries"], figures.PAPER_FIGURES["math_main"])
     assert round(bars["grpo-n8-m8"], 2) == 7.87 and round(bars["pods-max_variance-n32-m8"], 2) == 10.12
 
 
@@ -523,14 +524,14 @@ def complete_release(tmp_path_factory, FIXTURES):
     for path in RELEASE.iterdir():
         if not (src / path.name).exists():
             (src / path.name).symlink_to(path.resolve())
-    assert set(paper.release_files()) <= {p.name for p in src.iterdir()}
+    assert set(release.release_files()) <= {p.name for p in src.iterdir()}
     return src
 
 
 def test_cli_import_of_the_local_copy_plus_every_format_it_lacks(complete_release, tmp_path, capsys):
     assert pods_main(["paper", "import", "--src", str(complete_release), "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "import_report.json").read_text())
-    assert len(report["imported"]) == len(paper.SINGLE_GPU_SETTINGS) + len(paper.CLUSTERS) and not report["missing"]
+    assert len(report["imported"]) == len(release.SINGLE_GPU_SETTINGS) + len(release.CLUSTERS) and not report["missing"]
     assert set(report["base_only_eval_sets"]) == set(LLAMA)
     printed = capsys.readouterr().out
     assert f"imported {len(report['imported'])} settings" in printed
@@ -540,7 +541,7 @@ def test_cli_import_of_the_local_copy_plus_every_format_it_lacks(complete_releas
     sets = evals.groupby("benchmark")["eval_set"].agg(lambda s: sorted(set(s)))
     assert sets.to_dict() == {"gsm8k": ["amc23", "gsm8k", "math500"], "gsm8k-llama": ["gsm8k"],
                               "math": ["amc23", "gsm8k", "math500"]}
-    assert set(paper.available_figures(complete_release)) == set(paper.PAPER_FIGURES)
+    assert set(figures.available_figures(complete_release)) == set(figures.PAPER_FIGURES)
 
 
 @pytest.mark.slow
@@ -550,12 +551,12 @@ def test_snakemake_paper_figures_on_the_local_copy_plus_every_format_it_lacks(co
            f"figures_dir={tmp_path / 'fig'}", f"paper_tables_dir={tmp_path / 'tables'}", "--", "paper_figures"]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    for path in paper.figure_outputs(tmp_path / "fig" / "paper", None, tmp_path / "tables"):
+    for path in figures.figure_outputs(tmp_path / "fig" / "paper", None, tmp_path / "tables"):
         assert path.exists() and path.stat().st_size > 0, path
     speedups = pd.read_csv(tmp_path / "tables" / "speedups.csv", dtype={"target": str})
     speedups = speedups.set_index(["setting", "target_rule", "target"])
     assert (speedups["status"] == "ok").all(), speedups["status"]
-    assert set(speedups.index.get_level_values("setting")) == set(paper.SPEEDUP_SETTINGS)
+    assert set(speedups.index.get_level_values("setting")) == set(figures.SPEEDUP_SETTINGS)
     # the synthetic settings' closed-form answers, the local copy's the paper's
     assert speedups.loc[("llama-l40s", "paper", "0.99"), "speedup"] == pytest.approx(1.8)
     assert speedups.loc[("gsm8k-l40s", "paper", "0.99"), "speedup"] == pytest.approx(2.0)
@@ -563,4 +564,4 @@ def test_snakemake_paper_figures_on_the_local_copy_plus_every_format_it_lacks(co
     ablations = pd.read_csv(tmp_path / "tables" / "ablations.csv")
     assert not ablations["status"].str.startswith("missing").any() and len(ablations) == 12
     curves = pd.read_csv(tmp_path / "tables" / "curves.csv")
-    assert set(curves["figure"]) == set(paper.PAPER_FIGURES)
+    assert set(curves["figure"]) == set(figures.PAPER_FIGURES)

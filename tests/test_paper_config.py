@@ -9,12 +9,12 @@ import jsonschema
 import pytest
 import yaml
 
-from pods.config import TrainConfig, load_train_config, parse_method
-from pods.rollout import ROLLOUT_ENGINES
-from pods.rollout.vllm import VLLMOptions
-from pods.update import UPDATE_ENGINES
-from pods.update.deepspeed_engine import DeepSpeedOptions
-from pods.update.lora import LoraOptions
+from pods.training.config import TrainConfig, load_train_config, parse_method
+from pods.training.rollout import ROLLOUT_ENGINES
+from pods.training.rollout.vllm import VLLMOptions
+from pods.training.update import UPDATE_ENGINES
+from pods.training.update.deepspeed_engine import DeepSpeedOptions
+from pods.training.update.lora import LoraOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_PROFILES = ["l40s-lora", "h100x8-zero2", "a100x8-zero2", "multinode"]

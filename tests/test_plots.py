@@ -1,4 +1,4 @@
-"""pods.plots: figures as PNG + PDF from run metrics, one study figure per call."""
+"""pods.study.plots: figures as PNG + PDF from run metrics, one study figure per call."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from helpers import make_study_runs
-from pods import analysis, plots
+from pods.study import analysis, plots
 from pods.cli import main as pods_main
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -2,17 +2,17 @@
 name is refused, and an unknown name lists the names there are."""
 import pytest
 
-from pods.analysis import ALIGNERS
+from pods.study.analysis import ALIGNERS
 from pods.grpo import LOSS_AGGREGATIONS
 from pods.registry import Registry
-from pods.rollout import ROLLOUT_ENGINES
+from pods.training.rollout import ROLLOUT_ENGINES
 from pods.selection import SELECTION_RULES
-from pods.stats import ADJUSTMENTS, BOOTSTRAP_INTERVALS, SEED_STATISTICS, TIME_RULES
-from pods.study import LAUNCHERS
-from pods.tasks import TASKS
-from pods.tasks.rewards import METRICS, REWARDS
-from pods.update import UPDATE_ENGINES
-from pods.verdict import ENDPOINTS
+from pods.study.stats import ADJUSTMENTS, BOOTSTRAP_INTERVALS, SEED_STATISTICS, TIME_RULES
+from pods.study.model import LAUNCHERS
+from pods.training.tasks import TASKS
+from pods.training.tasks.rewards import METRICS, REWARDS
+from pods.training.update import UPDATE_ENGINES
+from pods.study.verdict import ENDPOINTS
 
 REGISTRIES = [SELECTION_RULES, LOSS_AGGREGATIONS, ROLLOUT_ENGINES, UPDATE_ENGINES, TASKS, REWARDS, METRICS,
               LAUNCHERS, ALIGNERS, TIME_RULES, SEED_STATISTICS, BOOTSTRAP_INTERVALS, ADJUSTMENTS, ENDPOINTS]

@@ -20,9 +20,9 @@ SCRIPT = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, {tests!r})
-    import pods.tasks
+    import pods.training.tasks
     from helpers import FirstDigit
-    pods.tasks.TASKS["first_digit"] = FirstDigit
+    pods.training.tasks.TASKS["first_digit"] = FirstDigit
     from pods.cli import main
     sys.exit(main(["train", *sys.argv[1:]]))
     """
@@ -50,24 +50,24 @@ ENGINES = {"torch": [], "lora": ["update_engine=lora", "lora_rank=4", "lora_alph
 def straight(base, tmp_path_factory):
     """The uninterrupted reference run of each engine, trained once in this process (same code,
     same single thread) when a test first asks for it."""
-    import pods.tasks
-    from pods.config import load_train_config
-    from pods.trainer import train
+    import pods.training.tasks
+    from pods.training.config import load_train_config
+    from pods.training.trainer import train
 
     done = {}
 
     def run(engine: str) -> Path:
         if engine not in done:
             run_dir = tmp_path_factory.mktemp("straight") / engine
-            added = "first_digit" not in pods.tasks.TASKS
+            added = "first_digit" not in pods.training.tasks.TASKS
             if added:
-                pods.tasks.TASKS["first_digit"] = FirstDigit
+                pods.training.tasks.TASKS["first_digit"] = FirstDigit
             try:
                 train(load_train_config(None, [f"base_model={base}", f"run_dir={run_dir}", *ARGS, *ENGINES[engine]]),
                       progress_bar=False)
             finally:
                 if added:
-                    del pods.tasks.TASKS["first_digit"]
+                    del pods.training.tasks.TASKS["first_digit"]
             done[engine] = run_dir
         return done[engine]
 

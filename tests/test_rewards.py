@@ -1,7 +1,7 @@
 """The paper's reward functions on realistic GSM8K / MATH completions (docs/paper.md 2.1.5 and 2.2)."""
 import pytest
 
-from pods.tasks import rewards as R
+from pods.training.tasks import rewards as R
 
 # What a Qwen2.5-Instruct completion under the paper's system prompt looks like.
 EGGS_RIGHT = (

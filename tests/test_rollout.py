@@ -3,12 +3,12 @@
 import pytest
 import torch
 
-from pods.models import build_char_tokenizer, build_tiny_policy
-from pods.rollout import make_rollout_engine
-from pods.rollout.base import encode_prompts
-from pods.rollout.hf import HFRolloutEngine
-from pods.update import UpdateBatch
-from pods.update.torch_engine import token_logprobs
+from pods.training.models import build_char_tokenizer, build_tiny_policy
+from pods.training.rollout import make_rollout_engine
+from pods.training.rollout.base import encode_prompts
+from pods.training.rollout.hf import HFRolloutEngine
+from pods.training.update import UpdateBatch
+from pods.training.update.torch_engine import token_logprobs
 
 torch.set_num_threads(1)
 TEXTS = ["1+2+3=", "4+5=", "7+8+9+1-3=", "0="]  # different lengths: left padding matters
@@ -132,7 +132,7 @@ def test_update_batch_logprobs_match_unpadded_rows_and_micro_batches(model, tok)
 
 
 def test_evaluation_shards_add_up_to_the_single_process_result(model, tok):
-    from pods.evaluation import EvalSet, evaluate
+    from pods.training.evaluation import EvalSet, evaluate
 
     class Task:  # any deterministic verdict that varies between items will do
         def is_correct(self, completion, problem):

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from helpers import TOY, pods_train
-from pods import analysis, cli, runs
+from pods.study import analysis
+from pods import cli, runs
 from pods.runs import read_jsonl
 
 TESTS = Path(__file__).parent
@@ -29,7 +30,7 @@ CHILD = textwrap.dedent(
     """
     import os, sys, time
     sys.path.insert(0, {tests!r})
-    import pods.tasks
+    import pods.training.tasks
     from helpers import FirstDigit
 
     class SlowFirstDigit(FirstDigit):
@@ -38,7 +39,7 @@ CHILD = textwrap.dedent(
             time.sleep(float(os.environ.get("REWARD_SLEEP_S", "0")))
             return super().reward(completion, problem)
 
-    pods.tasks.TASKS["first_digit"] = SlowFirstDigit
+    pods.training.tasks.TASKS["first_digit"] = SlowFirstDigit
     from pods.cli import main
     sys.exit(main(["train", "--no-progress", *sys.argv[1:]]))
     """
@@ -93,7 +94,7 @@ def test_a_committed_run_is_refused_whatever_the_command(tmp_path, capsys):
 
 
 def test_pods_train_on_its_own_writes_outside_the_committed_study():
-    from pods.config import load_train_config
+    from pods.training.config import load_train_config
 
     out = load_train_config(REPO / "config" / "train-cpu.yaml").output_dir()
     assert out.parts[:2] == ("results", "local")
@@ -321,7 +322,7 @@ def test_a_diverging_run_stops_as_failed_and_keeps_its_last_good_checkpoint(base
     assert [s["step"] for s in read_jsonl(run_dir / "steps.jsonl", finished=True)] == [1]
     import torch
 
-    import pods.checkpoint as ckpt
+    import pods.training.checkpoint as ckpt
 
     saved = ckpt.load(run_dir / "checkpoint", ckpt.read_manifest(run_dir / "checkpoint"))
     assert saved["progress"]["step"] == 1
@@ -333,8 +334,8 @@ def test_a_diverging_run_stops_as_failed_and_keeps_its_last_good_checkpoint(base
 def test_the_policy_refuses_to_sample_from_non_finite_logits(base):
     import torch
 
-    from pods.models import load_policy
-    from pods.rollout.hf import HFRolloutEngine
+    from pods.training.models import load_policy
+    from pods.training.rollout.hf import HFRolloutEngine
 
     model, tok = load_policy(base)
     with torch.no_grad():
@@ -358,7 +359,7 @@ def test_pods_help_imports_no_torch():
 def test_pods_train_help_lists_every_config_key_with_its_default(capsys):
     import dataclasses
 
-    from pods.config import TrainConfig
+    from pods.training.config import TrainConfig
 
     with pytest.raises(SystemExit):
         cli.main(["train", "--help"])

@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from pods.tasks import get_task
-from pods.tasks.gym import GymTask, final_answer
+from pods.training.tasks import get_task
+from pods.training.tasks.gym import GymTask, final_answer
 
 
 class ChatTokenizer:
@@ -43,7 +43,7 @@ def test_gym_task_prompts_answers_and_splits():
 @pytest.mark.slow
 def test_smollm2_trains_a_few_steps(tmp_path):
     pytest.importorskip("gguf")
-    from pods.tasks.gym import convert_gguf, smollm2_gguf
+    from pods.training.tasks.gym import convert_gguf, smollm2_gguf
 
     try:
         gguf = smollm2_gguf()
@@ -52,8 +52,8 @@ def test_smollm2_trains_a_few_steps(tmp_path):
     base = convert_gguf(gguf, tmp_path / "smollm2" / "base")
     assert (base / "config.json").is_file() and (base / "tokenizer.json").is_file()
 
-    from pods.config import load_train_config
-    from pods.trainer import train
+    from pods.training.config import load_train_config
+    from pods.training.trainer import train
 
     cfg = load_train_config(None, {
         "benchmark": "gym_chain_sum", "base_model": str(base), "run_dir": str(tmp_path / "run"),

@@ -1,4 +1,4 @@
-"""The verdict's statistics (pods.stats, pods.verdict) and the calibration harness (pods.calibration):
+"""The verdict's statistics (pods.study.stats, pods.study.verdict) and the calibration harness (pods.study.calibration):
 against scipy, hand-computed values, and simulations with a known answer."""
 import math
 
@@ -7,7 +7,7 @@ import pytest
 from scipy import stats as sps
 from scipy.optimize import isotonic_regression
 
-from pods import calibration, stats, verdict
+from pods.study import calibration, stats, verdict
 
 T = np.array([0.0, 1, 2, 3, 4])
 

@@ -1,4 +1,4 @@
-"""The study model (pods.study) without Snakemake: expansion against brute force, each run's trainer
+"""The study model (pods.study.model) without Snakemake: expansion against brute force, each run's trainer
 config as `pods train` resolves it from the command, the precedence of the layers, and every way a
 study config can be wrong failing when the study is built, naming the file and key."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pods.config import TrainConfig, load_train_config, parse_method
-from pods.study import LAUNCHERS, Run, Study, StudyError, load_study_config
+from pods.training.config import TrainConfig, load_train_config, parse_method
+from pods.study.model import LAUNCHERS, Run, Study, StudyError, load_study_config
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = ["config/smoke.yaml", "config/ablations.yaml", "config/decide.yaml", "config/large.yaml",
@@ -253,7 +253,7 @@ def test_the_committed_runs_are_what_the_study_resolves_now(layer):
     """Each committed run's config.yaml (what its trainer ran with) equals the config the shipped
     study gives it: a change to a defaults file, profile or study that would train them otherwise
     fails here, and the runs must be regenerated."""
-    from pods.tracking import REPORTING_KEYS
+    from pods.training.tracking import REPORTING_KEYS
 
     # keys added after these runs were trained whose defaults leave training as it was: where a run
     # reports, and DAPO's dynamic sampling (off unless the method is `dapo-...`)
@@ -271,8 +271,8 @@ def test_the_committed_runs_are_what_the_study_resolves_now(layer):
 
 
 def test_the_schemas_design_enum_is_the_packages():
-    """The designs are spelled once in pods.study; the schema's enum is checked against them."""
-    from pods.study import DESIGNS, load_schema
+    """The designs are spelled once in pods.study.model; the schema's enum is checked against them."""
+    from pods.study.model import DESIGNS, load_schema
 
     schema = load_schema()
     enums = []
@@ -289,8 +289,8 @@ def test_the_schemas_design_enum_is_the_packages():
 
     walk(schema)
     assert enums and all(set(e) == set(DESIGNS) for e in enums)
-    # and the axes a comparison may be aligned by are pods.analysis's
-    from pods.analysis import AXES
+    # and the axes a comparison may be aligned by are pods.study.analysis's
+    from pods.study.analysis import AXES
 
     axis = schema["definitions"]["comparison"]["properties"]["axis"]
     assert set(axis["enum"]) == set(AXES)

@@ -3,8 +3,8 @@ import random
 
 import pytest
 
-from pods.tasks import TASKS, Problem, Task, get_task
-from pods.tasks.arith import partial_sums
+from pods.training.tasks import TASKS, Problem, Task, get_task
+from pods.training.tasks.arith import partial_sums
 
 EMBEDDED = ["arith", "arith_hard"]
 

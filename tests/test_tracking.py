@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-import pods.tracking
+import pods.training.tracking
 from helpers import config
-from pods.config import load_train_config
+from pods.training.config import load_train_config
 from pods.runs import read_jsonl
-from pods.trainer import train
+from pods.training.trainer import train
 
 pytestmark = pytest.mark.usefixtures("toy_task")
 
@@ -48,7 +48,7 @@ def wandb_records(path):
 
 
 def assert_curves_equal_records(curves, prefix, records):
-    for key in pods.tracking.scalars(records[0]):
+    for key in pods.training.tracking.scalars(records[0]):
         points = curves[f"{prefix}/{key}"]
         assert [step for step, _, _ in points] == [r["step"] for r in records], key
         assert [value for _, value, _ in points] == pytest.approx([float(r[key]) for r in records], rel=1e-6), key
@@ -104,9 +104,9 @@ def test_wandb_offline_run_folder_holds_the_same_keys(base, tmp_path, monkeypatc
     for logged, records, prefix in ((logged_steps, steps, "train"), (logged_evals, evals, "eval")):
         for h, r in zip(logged, records):
             logged_keys = {k for k in h if k.startswith(prefix)}
-            expected = {f"{prefix}/{k}" for k in ["step", *pods.tracking.scalars(r)]}
+            expected = {f"{prefix}/{k}" for k in ["step", *pods.training.tracking.scalars(r)]}
             assert expected <= logged_keys and all(k.endswith("_per_s") for k in logged_keys - expected)
-            assert all(h[f"{prefix}/{k}"] == pytest.approx(v) for k, v in pods.tracking.scalars(r).items())
+            assert all(h[f"{prefix}/{k}"] == pytest.approx(v) for k, v in pods.training.tracking.scalars(r).items())
 
 
 @pytest.mark.skipif(importlib.util.find_spec("trackio") is None, reason="trackio not installed (pods[track])")
@@ -121,10 +121,10 @@ def test_trackio_local_project_holds_the_same_points_and_resume_continues_the_ru
     script.write_text(textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
-        import pods.tasks
+        import pods.training.tasks
         from helpers import FirstDigit, config
-        from pods.trainer import train
-        pods.tasks.TASKS["first_digit"] = FirstDigit
+        from pods.training.trainer import train
+        pods.training.tasks.TASKS["first_digit"] = FirstDigit
         for steps in (2, 3):  # the second start resumes the run (and its trackio run)
             train(config({str(base)!r}, {str(run)!r}, "n=4", "m=4", f"max_steps={{steps}}", "eval_every_steps=1",
                          "checkpoint_every_s=0", "report_to=[trackio]"), progress_bar=False)
@@ -146,7 +146,7 @@ def test_trackio_local_project_holds_the_same_points_and_resume_continues_the_ru
         for record in records:
             points = [log for log in logs if f"{prefix}/train_time_s" in log and log["step"] == record["step"]]
             assert len(points) == 1, (prefix, record["step"])
-            assert all(points[0][f"{prefix}/{k}"] == pytest.approx(v) for k, v in pods.tracking.scalars(record).items())
+            assert all(points[0][f"{prefix}/{k}"] == pytest.approx(v) for k, v in pods.training.tracking.scalars(record).items())
 
 
 def test_bad_or_missing_report_to_is_refused_at_parse_time(monkeypatch):

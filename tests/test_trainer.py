@@ -8,10 +8,10 @@ import torch
 from helpers import config
 from pods import cli
 from pods.runs import read_jsonl
-from pods.rollout.hf import HFRolloutEngine
-from pods.trainer import train
-from pods.update import UpdateBatch
-from pods.update.torch_engine import TorchUpdateEngine
+from pods.training.rollout.hf import HFRolloutEngine
+from pods.training.trainer import train
+from pods.training.update import UpdateBatch
+from pods.training.update.torch_engine import TorchUpdateEngine
 
 torch.set_num_threads(1)
 pytestmark = pytest.mark.usefixtures("toy_task")
@@ -45,10 +45,10 @@ def test_selection_shrinks_the_update_batch(base, tmp_path, monkeypatch):
 
 def test_several_groups_per_prompt_are_selected_and_normalised_apart(base, tmp_path, monkeypatch):
     """rollouts_per_prompt = 2n: each prompt is sampled as two groups of n, each keeps its own m."""
-    import pods.trainer
+    import pods.training.trainer
 
     prompts_seen, selected = [], []
-    original_generate, original_select = HFRolloutEngine.generate, pods.trainer.select
+    original_generate, original_select = HFRolloutEngine.generate, pods.training.trainer.select
 
     def spy_generate(self, prompt_ids, n, **kwargs):
         prompts_seen.append([tuple(p) for p in prompt_ids])
@@ -59,7 +59,7 @@ def test_several_groups_per_prompt_are_selected_and_normalised_apart(base, tmp_p
         return original_select(rewards, m, rule)
 
     monkeypatch.setattr(HFRolloutEngine, "generate", spy_generate)
-    monkeypatch.setattr(pods.trainer, "select", spy_select)
+    monkeypatch.setattr(pods.training.trainer, "select", spy_select)
     cfg = config(base, tmp_path / "run", "n=8", "m=4", "rollouts_per_prompt=16", "max_steps=2", "micro_batch=8")
     assert (cfg.groups_per_step, cfg.rollouts_generated, cfg.rollouts_trained, cfg.grad_accum) == (8, 64, 32, 4)
     train(cfg, progress_bar=False)
@@ -85,9 +85,9 @@ def test_no_reference_pass_when_beta_is_zero(base, tmp_path, monkeypatch):
 @pytest.mark.parametrize("loss_agg", ["grpo", "bnpo", "dr_grpo"])
 def test_gradient_accumulation_equals_one_big_batch(base, tmp_path, loss_agg):
     """GRPO-GA is the same step in more micro-batches: the accumulated gradient must agree."""
-    from pods.models import load_policy
-    from pods.rollout import make_rollout_engine
-    from pods.rollout.base import encode_prompts
+    from pods.training.models import load_policy
+    from pods.training.rollout import make_rollout_engine
+    from pods.training.rollout.base import encode_prompts
 
     model, tok = load_policy(base)
     torch.manual_seed(0)
@@ -145,7 +145,7 @@ def test_short_run_learns_an_easy_task(base, tmp_path):
 # --- DAPO's dynamic sampling ---------------------------------------------------------------------
 def fake_round(labels, n=4, flat=()):
     """A drawn round: one group per label; groups in `flat` get equal rewards, the others 0/1."""
-    from pods.batches import Rollouts
+    from pods.training.batches import Rollouts
 
     G = len(labels)
     rollouts = Rollouts([[i + 1] for i in range(G)], torch.arange(G * n)[:, None].repeat(1, 2 + len(labels[0]) % 2),
@@ -156,7 +156,7 @@ def fake_round(labels, n=4, flat=()):
 
 
 def test_dynamic_sampling_drops_flat_groups_refills_and_stops_at_its_cap():
-    from pods.groups import dynamic_sample
+    from pods.training.groups import dynamic_sample
 
     draws = []
 

@@ -25,7 +25,7 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from pods.grpo import kept_advantages  # noqa: E402
 from pods.integrations.trl import TESTED_TRL, PODSGRPOConfig, PODSGRPOTrainer  # noqa: E402
-from pods.models import build_char_tokenizer, build_tiny_policy  # noqa: E402
+from pods.training.models import build_char_tokenizer, build_tiny_policy  # noqa: E402
 from pods.selection import select  # noqa: E402
 
 torch.set_num_threads(1)

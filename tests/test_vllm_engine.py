@@ -29,10 +29,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from pods.config import TrainConfig
-from pods.models import build_char_tokenizer, build_tiny_policy
-from pods.update.base import UpdateBatch
-from pods.update.torch_engine import TorchUpdateEngine
+from pods.training.config import TrainConfig
+from pods.training.models import build_char_tokenizer, build_tiny_policy
+from pods.training.update.base import UpdateBatch
+from pods.training.update.torch_engine import TorchUpdateEngine
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 real_vllm = pytest.mark.skipif(
@@ -75,7 +75,7 @@ def base(tmp_path_factory, tokenizer):
 
 @pytest.fixture(scope="module")
 def engine(base, tokenizer):
-    from pods.rollout import make_rollout_engine
+    from pods.training.rollout import make_rollout_engine
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -186,8 +186,8 @@ def test_weight_push_after_full_fine_tuning_update(engine, tokenizer, prompt_ids
 def lora_setup(base, tokenizer):
     """A LoRA policy and an engine serving its adapter. Kept to the end of the module: vLLM's
     engines in one process share its parallel state, which closing one of them tears down."""
-    from pods.rollout.vllm import VLLMRolloutEngine
-    from pods.update.lora import LoraUpdateEngine
+    from pods.training.rollout.vllm import VLLMRolloutEngine
+    from pods.training.update.lora import LoraUpdateEngine
 
     cfg = train_config(base, lora_rank=4, lora_alpha=8, lora_target_modules="q_proj,k_proj,v_proj,o_proj,up_proj")
     updater = LoraUpdateEngine(model=tiny_policy(tokenizer), config=cfg)
@@ -275,7 +275,7 @@ def test_pods_steps_on_the_vllm_engine(base, tmp_path, capsys):
 
 # ------------------------------------------------------------------- what the package cannot show
 def test_without_vllm_one_clear_error(monkeypatch):
-    import pods.rollout.vllm as module  # importing needs no vllm
+    import pods.training.rollout.vllm as module  # importing needs no vllm
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` raise ImportError
     tokenizer = SimpleNamespace(pad_token_id=0, eos_token_id=2)
@@ -284,7 +284,7 @@ def test_without_vllm_one_clear_error(monkeypatch):
 
 
 def test_options_and_helpers():
-    from pods.rollout.vllm import VLLMOptions, _max_model_len, lora_capacity
+    from pods.training.rollout.vllm import VLLMOptions, _max_model_len, lora_capacity
 
     with pytest.raises(ValueError, match="vllm_gpu_memory_utilization"):
         VLLMOptions.from_config(TrainConfig(vllm_gpu_memory_utilization=1.5))

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from pods.cli import main
-from pods.models import load_policy
-from pods.warmstart import TUNED, WarmStartConfig, load_config, pass_at_k, warmstart
+from pods.training.models import load_policy
+from pods.training.warmstart import TUNED, WarmStartConfig, load_config, pass_at_k, warmstart
 
 TINY = dict(n_layer=2, d_model=32, n_head=2, batch_size=16, warmup_steps=2, eval_items=40,
             pass_items=8, pass_samples=4, eval_batch=64)
@@ -71,7 +71,7 @@ def test_config_file_and_overrides(tmp_path):
 def test_numbers_are_read_as_the_trainer_reads_them():
     # YAML 1.1 (PyYAML) reads `1e-3` as a string; both configs take it as the float it is
     assert load_config(None, ["lr=1e-3"]).lr == 1e-3
-    from pods.config import load_train_config
+    from pods.training.config import load_train_config
 
     assert load_train_config(None, ["lr=1e-3"]).lr == 1e-3
 
@@ -109,9 +109,9 @@ def test_the_default_warm_start_is_pinned(tmp_path):
     import hashlib
     import random
 
-    from pods.models import build_char_tokenizer, build_tiny_policy
-    from pods.tasks import get_task
-    from pods.warmstart import make_batch
+    from pods.training.models import build_char_tokenizer, build_tiny_policy
+    from pods.training.tasks import get_task
+    from pods.training.warmstart import make_batch
 
     torch.set_num_threads(1)
     cfg = WarmStartConfig(benchmark="arith", steps=20, eval_items=100, pass_items=4, pass_samples=2,

@@ -22,7 +22,7 @@ def tiny_lm(arch: str, vocab_size: int, *, kv_heads: int = 4, seed: int = 0):
 def padded_batch(seed: int, vocab: int, rows: int, prompt: int, completion: int, left_pad, cut):
     """An UpdateBatch of random ids where row i has `left_pad(i)` left-padding tokens and its
     completion ends `cut(i)` tokens early, so that rows differ in length as real rollouts do."""
-    from pods.update.base import UpdateBatch
+    from pods.training.update.base import UpdateBatch
 
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(1, vocab, (rows, prompt + completion), generator=g)

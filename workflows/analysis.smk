@@ -1,9 +1,9 @@
 # The study's comparisons -> results/summary.csv (+ .md): time to 99% / 100% of the baseline's
-# peak, speedups with per-seed bootstrap intervals, seconds per step by phase (pods.analysis).
+# peak, speedups with per-seed bootstrap intervals, seconds per step by phase (pods.study.analysis).
 
 
 rule study_file:
-    # The comparisons as pods.analysis reads them; params carry them so that editing the study
+    # The comparisons as pods.study.analysis reads them; params carry them so that editing the study
     # in the config rewrites this file (and the tables after it), and nothing else.
     output:
         STUDY_FILE,
@@ -69,7 +69,7 @@ rule project:
     log:
         f"{LOGS}/project.log",
     run:
-        from pods.views import project
+        from pods.study.views import project
 
         with open(log[0], "w") as fh:
             written = project(input.summary, params.paper, input.costs, PROJECTION_DIR, FIGURES)
@@ -98,7 +98,7 @@ rule verdict_views:
     log:
         f"{LOGS}/verdict_views.log",
     run:
-        from pods.views import verdict_views
+        from pods.study.views import verdict_views
 
         with open(log[0], "w") as fh:
             written = verdict_views(RUNS, input.study, PROJECTION_DIR, FIGURES, studies=params.studies,

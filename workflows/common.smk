@@ -1,4 +1,4 @@
-# The study every rule shares: one pods.study.Study built from the merged config (validated against
+# The study every rule shares: one pods.study.model.Study built from the merged config (validated against
 # config/schema.yaml in the Snakefile). Building it expands the comparisons into runs, loads the
 # hardware profiles and resolves every run's trainer config, so a bad key or value in any layer
 # fails here, naming its file and key, before any job exists. The rules below are thin input
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import yaml
 
-from pods.config import METHOD_PATTERN
+from pods.training.config import METHOD_PATTERN
 from pods.runs import run_path
-from pods.study import Study, run_from
+from pods.study.model import Study, run_from
 
 STUDY = Study(config, schema=yaml.safe_load(Path(workflow.basedir, "config", "schema.yaml").read_text()))
 
@@ -23,7 +23,7 @@ COMPARISONS = STUDY.study_rows()
 wildcard_constraints:
     benchmark=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
     hardware=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
-    method=METHOD_PATTERN,  # pods.config's method names, spelled there once
+    method=METHOD_PATTERN,  # pods.training.config's method names, spelled there once
     seed=r"\d+",
 
 

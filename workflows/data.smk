@@ -7,7 +7,7 @@
 
 # The code a warm start depends on: a change to any of it (or to the recipe in params) builds the
 # base model again, and every run records the fingerprint of the base it started from, so runs
-# from different bases are never compared (pods.analysis.check_same_start).
+# from different bases are never compared (pods.study.analysis.check_same_start).
 WARMSTART_CODE = [
     str(Path(workflow.basedir, "pods", name))
     for name in ("warmstart.py", "models.py", "evaluation.py", "batches.py", "rollout/hf.py", "rollout/base.py", "tasks/__init__.py",
@@ -32,7 +32,7 @@ rule warmstart:
         "{params.cmd} > {log} 2>&1"
 
 
-# One job per hub id the study's runs read (pods.study.Study.hub_needs), at the revision
+# One job per hub id the study's runs read (pods.study.model.Study.hub_needs), at the revision
 # hub_revisions pins; the folder's hub.json (written last) records the commit fetched. It runs on
 # the machine Snakemake runs on (`localrule`): cluster login nodes reach the hub, compute nodes
 # often do not, and train jobs never download.

@@ -1,4 +1,4 @@
-# Figures of the study, from run metrics only (pods.plots), each as PNG and PDF, each captioned in
+# Figures of the study, from run metrics only (pods.study.plots), each as PNG and PDF, each captioned in
 # the report. Which figures exist follows from the comparisons: every `main` comparison gets an
 # accuracy-vs-training-time figure per (benchmark, hardware, design); `n_scaling`, `m_scaling`
 # and `rule` comparisons get their ablation figure; a comparison of any other name (the
@@ -6,7 +6,7 @@
 # {name}-{axis}; every (benchmark, hardware) gets the
 # completion-length curves and the seconds-per-step bars split by phase.
 
-from pods.study import ABLATIONS, PLOT_KINDS
+from pods.study.model import ABLATIONS, PLOT_KINDS
 
 FIGURE = FIGURES + "/{benchmark}/{hardware}/{kind}{design}"
 
@@ -44,7 +44,7 @@ def figure_outputs():
     return outputs
 
 
-# All figures in one job, drawn in-process with pods.plots (the functions behind `pods plot`):
+# All figures in one job, drawn in-process with pods.study.plots (the functions behind `pods plot`):
 # a study has a dozen figures and each `pods plot` process would spend far longer importing
 # the package than drawing, which matters for `snakemake figures` on a 2-core machine.
 rule plots:
@@ -57,7 +57,7 @@ rule plots:
     log:
         f"{LOGS}/plots.log",
     run:
-        from pods import analysis, plots
+        from pods.study import analysis, plots
 
         study = analysis.load_study(input.study)
         summary = analysis.read_summary(input.summary)  # the accuracy figures mark its targets and crossings

@@ -11,7 +11,8 @@
 # only if present and are reported as missing in speedups.csv / ablations.csv.
 from pathlib import Path
 
-import pods.paper
+import pods.paper.figures
+import pods.paper.release
 
 PAPER_WORK = config.get("paper_work_dir", "resources/paper").rstrip("/")
 PAPER_FIGURES_DIR = f"{config.get('figures_dir', 'figures').rstrip('/')}/paper"
@@ -28,18 +29,18 @@ if PAPER_LOCAL and not Path(PAPER_LOCAL).is_dir():
 def paper_figure_names():
     """Every figure for a download; for a local copy, those whose release files it holds."""
     if PAPER_LOCAL:
-        return pods.paper.available_figures(PAPER_LOCAL)
-    return list(pods.paper.PAPER_FIGURES)
+        return pods.paper.figures.available_figures(PAPER_LOCAL)
+    return list(pods.paper.figures.PAPER_FIGURES)
 
 
 def paper_figures_outputs():
     """Everything `rule paper_figures` must produce: figures (PNG + PDF) and CSV tables."""
-    return [str(p) for p in pods.paper.figure_outputs(PAPER_FIGURES_DIR, paper_figure_names(), PAPER_TABLES_DIR)]
+    return [str(p) for p in pods.paper.figures.figure_outputs(PAPER_FIGURES_DIR, paper_figure_names(), PAPER_TABLES_DIR)]
 
 
 def paper_release_files():
     if PAPER_LOCAL:
-        present = [Path(PAPER_LOCAL) / name for name in pods.paper.release_files()]
+        present = [Path(PAPER_LOCAL) / name for name in pods.paper.release.release_files()]
         return [str(p) for p in present if p.exists()]
     return [f"{PAPER_RELEASE}/SHA256SUMS"]
 

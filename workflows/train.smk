@@ -1,5 +1,5 @@
 # One job per run: (benchmark, hardware, method, seed). The hardware profile decides the launcher,
-# the cores and the scheduler resources; the trainer command is built by pods.study.
+# the cores and the scheduler resources; the trainer command is built by pods.study.model.
 #
 # Interrupted runs. The trainer checkpoints into its run directory and resumes from there on its
 # own, so the run directory must survive a killed job. The only declared output is summary.json

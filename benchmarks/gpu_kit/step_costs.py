@@ -31,14 +31,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, whether or not pods is installed
 
-from pods.batches import UpdateBatch  # noqa: E402
-from pods.config import TrainConfig, method_name  # noqa: E402
+from pods.training.batches import UpdateBatch  # noqa: E402
+from pods.training.config import TrainConfig, method_name  # noqa: E402
 from pods.grpo import kept_advantages  # noqa: E402
-from pods.rollout.hf import HFRolloutEngine  # noqa: E402
+from pods.training.rollout.hf import HFRolloutEngine  # noqa: E402
 from pods.selection import select  # noqa: E402
 
 ARMS = {"GRPO n=16": (16, 16), "PODS n=64->16": (64, 16), "GRPO-GA n=64": (64, 64)}
-from pods.timing import STEP_PHASES as PHASES  # noqa: E402
+from pods.training.timing import STEP_PHASES as PHASES  # noqa: E402
 # Qwen2.5-3B-Instruct's config.json (architecture only); `tiny` keeps its shape at toy size for CPU
 ARCHS = {
     "qwen2.5-3b": dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
@@ -89,7 +89,7 @@ def sync(device: str) -> None:
 
 
 def run_arm(args, model, n: int, m: int) -> list[dict[str, float]]:
-    from pods.update import make_update_engine
+    from pods.training.update import make_update_engine
 
     cfg = train_config(args, n, m)
     updater = make_update_engine(args.engine, model=model, config=cfg)

@@ -1,0 +1,168 @@
+"""The workflow's views over a whole study that need tables and figures together: the verdict
+views (speedup profile, calibration, time to target) and the decomposition / projection tables.
+
+They sit above `pods.study.analysis` (tables), `pods.study.calibration` and `pods.study.plots` (figures), which
+import neither this module nor each other's callers, so the study side's imports run one way.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from pods.study import calibration, plots, stats, verdict
+from pods.study.analysis import (comparison_arms, comparison_label, cost_sources, decomposition_table, load_runs, load_study,
+                           projection_table, read_summary, to_markdown, write_csv)
+from pods.atomic import atomic_write_text
+
+PROFILE_COLUMNS = ["comparison", "benchmark", "hardware", "design", "baseline", "method", "level",
+                   "t_baseline_s", "t_method_s", "speedup", "ci_low", "ci_high"]
+
+
+def verdict_views(runs, study_path, out_dir, figures_dir, studies: int = 200, boot: int = 200,
+                  seed: int = 0) -> list[Path]:
+    """speedup_profile.csv and calibration.csv/.md in `out_dir`; speedup_profile.{png,pdf} and
+    time_to_target.{png,pdf} (Kaplan-Meier) in `figures_dir`, for every comparison of the study
+    on the training clock."""
+    study = load_study(study_path)
+    tables = load_runs(runs)
+    profile_rows, km, comps = [], [], []
+    seen = set()
+    for comp in study:
+        label = comparison_label(comp)
+        if label in seen:  # the same two arms under another name (an ablation reusing `main`'s pair)
+            continue
+        if comp.get("axis", verdict.DEFAULT_AXIS) != verdict.DEFAULT_AXIS:
+            continue  # these views (and their calibration) are of the wall-clock claim
+        seen.add(label)
+        grid, base, meth, _, _ = comparison_arms(comp, tables.evals)
+        keys = {k: comp[k] for k in ("benchmark", "hardware", "design", "baseline", "method")}
+        profile_rows += [{"comparison": label, **keys, **r} for r in verdict.speedup_profile(grid, base, meth, seed=seed)]
+        target = comp.get("target_accuracy")
+        if target is None:
+            target = stats.isotonic_rule(grid, base.curves.mean(axis=0)[None, :], meth.curves.mean(axis=0)[None, :],
+                                         0.99).target[0]
+        km.append((label, float(target), verdict.survival_curves(grid, base, meth, float(target)))
+                  if np.isfinite(target) else (label, math.nan, None))
+        comps.append({"label": label, "t": grid, "base": base.curves, "meth": meth.curves,
+                      "fixed": comp.get("target_accuracy")})
+    out_dir, figures_dir = Path(out_dir), Path(figures_dir)
+    profile = pd.DataFrame.from_records(profile_rows, columns=PROFILE_COLUMNS)
+    write_csv(profile, out_dir / "speedup_profile.csv")
+    table = calibration.calibrate(comps, seeds=(4, 10, 30), studies=studies, boot=boot, seed=seed)
+    write_csv(table, out_dir / "calibration.csv")
+    atomic_write_text(out_dir / "calibration.md",
+                      f"## Calibration of every endpoint ({studies} simulated studies per cell, {boot} resamples; "
+                      f"docs/verdict.md)\n\n" + calibration.calibration_markdown(table))
+    written = [out_dir / "speedup_profile.csv", out_dir / "calibration.csv", out_dir / "calibration.md"]
+    written += plots.speedup_profile_figure(profile, figures_dir / "speedup_profile", labels=[c["label"] for c in comps])
+    written += plots.time_to_target_figure(km, figures_dir / "time_to_target")
+    return written
+
+
+
+def project(summary: str | os.PathLike, paper: str | os.PathLike | None, costs: Sequence[str | os.PathLike],
+            out_dir: str | os.PathLike, figures_dir: str | os.PathLike | None) -> list[Path]:
+    """decomposition.csv/.md and projection.csv/.md (+ their figures) from summary tables."""
+    ours = read_summary(summary)
+    theirs = read_summary(paper) if paper is not None else None
+    out_dir = Path(out_dir)
+    decomposition = decomposition_table(ours, theirs)
+    projection = projection_table(ours, cost_sources(theirs, costs))
+    if theirs is not None and costs:  # the paper's step efficiency onto the measured machines too
+        carried = projection_table(theirs, cost_sources(None, costs))
+        carried["setting"] = "paper " + carried["setting"]
+        projection = pd.concat([projection, carried], ignore_index=True)
+    written = []
+    for name, table, heading in (
+            ("decomposition", decomposition, "speedup = step efficiency / step-cost ratio, ours and the paper's"),
+            ("projection", projection, "PROJECTIONS, not measurements: a step efficiency (ours, or the paper's "
+                                       "onto a measured machine) / another machine's step-cost ratio")):
+        write_csv(table, out_dir / f"{name}.csv")
+        atomic_write_text(out_dir / f"{name}.md", f"## {heading} (docs/verdict.md)\n\n" + to_markdown(table))
+        written += [out_dir / f"{name}.csv", out_dir / f"{name}.md"]
+    if figures_dir is not None:
+        written += plots.decomposition_figure(decomposition, Path(figures_dir) / "decomposition")
+        written += plots.projection_figure(decomposition, projection, Path(figures_dir) / "projection")
+    return written
+
+
+def _cmd_project(args: argparse.Namespace) -> int:
+    written = project(args.summary, args.paper, args.costs, args.out, args.figures)
+    print(Path(args.out, "projection.md").read_text(), end="")
+    print(f"wrote {', '.join(str(p) for p in written)}")
+    return 0
+
+
+def add_project_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--summary", required=True, help="our summary.csv (pods analyze)")
+    p.add_argument("--paper", default=None, help="the summary.csv of the authors' settings (pods paper figures)")
+    p.add_argument("--costs", nargs="*", default=[], help="phase-cost files of benchmarks/step_time.py --out")
+    p.add_argument("--out", required=True, help="folder for decomposition.csv/.md and projection.csv/.md")
+    p.add_argument("--figures", default=None, help="folder for decomposition.png/.pdf and projection.png/.pdf")
+    p.set_defaults(func=_cmd_project)
+
+
+# --- pods calibrate: the calibration of every endpoint, for a study's own runs -----------------
+def comparisons_from_runs(runs, study_path, align: str | None = None) -> list[dict]:
+    """The study's comparisons as calibrate() takes them: each arm's curves on the comparison's grid."""
+    study = load_study(study_path)
+    tables = load_runs(runs)
+    out = {}
+    for comp in study:
+        label = comparison_label(comp)
+        if label in out:  # the same two arms listed twice (under two comparison names)
+            continue
+        t, base, meth = comparison_arms(comp, tables.evals, how=align)[:3]
+        out[label] = {"label": label, "t": t, "base": base.curves, "meth": meth.curves,
+                      "fixed": comp.get("target_accuracy")}
+    return list(out.values())
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    seeds = [int(s) for s in str(args.seeds).split(",")]
+    comps = comparisons_from_runs(args.runs, args.study)
+    table = calibration.calibrate(comps, seeds=seeds, studies=args.studies, boot=args.boot, seed=args.seed, tails=args.tails)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, table.to_csv(index=False))
+    md = calibration.calibration_markdown(table)
+    atomic_write_text(out.with_suffix(".md"),
+                      f"## Calibration ({args.studies} simulated studies per cell, {args.boot} resamples, "
+                      f"{args.tails} tails, seed {args.seed}; pods.study.calibration)\n\n" + md)
+    print(md, end="")
+    return 0
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _seed_list(text: str) -> str:
+    try:
+        values = [int(s) for s in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if any(v < 2 for v in values):
+        raise argparse.ArgumentTypeError(f"every seed count must be >= 2, got {text}")
+    return text
+
+
+def add_calibrate_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runs", required=True, help="results folder holding runs/ (or runs/ itself)")
+    p.add_argument("--study", required=True, help="the study's comparisons (results/study.yaml)")
+    p.add_argument("--seeds", type=_seed_list, default="4,10,30", help="seed counts per arm to simulate")
+    p.add_argument("--studies", type=_positive, default=200, help="simulated studies per cell")
+    p.add_argument("--boot", type=_positive, default=200, help="bootstrap resamples per simulated study")
+    p.add_argument("--tails", choices=("normal", "t3"), default="normal", help="the noise's distribution")
+    p.add_argument("--seed", type=int, default=0, help="RNG seed (the table is deterministic given it)")
+    p.add_argument("--out", default="results/calibration.csv", help="CSV path; the .md goes beside it")
+    p.set_defaults(func=_cmd_calibrate)

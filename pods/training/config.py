@@ -1,0 +1,544 @@
+"""Configuration and the names shared by the CLI, the workflow, the run directories and the plots."""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, NamedTuple, Sequence
+
+
+class Method(NamedTuple):
+    """What a run's `method` path component encodes."""
+
+    rule: str  # "identity" for vanilla GRPO (m == n)
+    n: int
+    m: int
+    dynamic: bool = False  # DAPO's dynamic sampling (TrainConfig.dynamic_sampling)
+
+    @property
+    def is_grpo(self) -> bool:
+        """Vanilla GRPO: every rollout of every group trained, no group dropped."""
+        return self.rule == "identity" and not self.dynamic
+
+    @property
+    def name(self) -> str:
+        return method_name(self.rule, self.n, self.m, self.dynamic)
+
+    @property
+    def label(self) -> str:
+        """Plot-legend text, in the same vocabulary."""
+        if self.rule == "identity":
+            return f"{'DAPO' if self.dynamic else 'GRPO'} (n={self.n}, m={self.m})"
+        return f"{'DAPO + ' if self.dynamic else ''}PODS {self.rule} (n={self.n}, m={self.m})"
+
+
+# grpo-n16-m16 | pods-<rule>-n64-m16 | dapo-n16-m16 | dapo-<rule>-n64-m16
+_METHOD_RE = re.compile(r"^(?P<kind>grpo|pods|dapo)(?:-(?P<rule>[a-z_]+))?-n(?P<n>\d+)-m(?P<m>\d+)$")
+# the same, unanchored and without group names: the Snakemake wildcard constraint of `method`
+METHOD_PATTERN = re.sub(r"\(\?P<\w+>", "(", _METHOD_RE.pattern)[1:-1]
+
+
+def method_name(rule: str, n: int, m: int, dynamic: bool = False) -> str:
+    """`grpo-n16-m16` for vanilla GRPO, `pods-max_variance-n64-m16` for a down-sampled run; with
+    DAPO's dynamic sampling `dapo-n16-m16` and `dapo-max_variance-n64-m16`."""
+    if m > n or m < 1:
+        raise ValueError(f"method needs 1 <= m <= n, got n={n}, m={m}")
+    if rule == "identity":
+        if m != n:
+            raise ValueError(f"rule 'identity' keeps every rollout, so it needs m == n (got n={n}, m={m})")
+        return f"{'dapo' if dynamic else 'grpo'}-n{n}-m{m}"
+    if m == n:
+        raise ValueError(f"rule {rule!r} with m == n (= {n}) selects nothing away: use rule 'identity'")
+    return f"{'dapo' if dynamic else 'pods'}-{rule}-n{n}-m{m}"
+
+
+def parse_method(name: str) -> Method:
+    """Inverse of `method_name`."""
+    match = _METHOD_RE.match(name)
+    kind, rule = (match["kind"], match["rule"]) if match else (None, None)
+    if match is None or (kind == "grpo" and rule) or (kind == "pods" and not rule):
+        raise ValueError(
+            f"method {name!r} is not of the form 'grpo-n<N>-m<N>', 'pods-<rule>-n<N>-m<M>', 'dapo-n<N>-m<N>' "
+            "or 'dapo-<rule>-n<N>-m<M>'"
+        )
+    n, m = int(match["n"]), int(match["m"])
+    rule = rule or "identity"
+    method_name(rule, n, m)  # validates n, m against the rule
+    return Method(rule, n, m, kind == "dapo")
+
+
+# --- the training configuration ------------------------------------------------------------------
+PRECISIONS = ("fp32", "bf16", "fp16")
+NORMALIZE_OVER = ("kept", "all")
+
+
+@dataclass
+class TrainConfig:
+    """Everything one GRPO / GRPO-PODS run needs, flat, with the run's defaults.
+
+    Loaded from a YAML file plus `key=value` overrides (`load_train_config`) and validated before
+    any compute. The two designs of the paper are pairs of runs, not a field: `equal_update` is
+    GRPO (m == n) against PODS (n > m) at the same m; `equal_generation` is GRPO-GA (m == n, the
+    large n, more micro-batches) against PODS at the same n. Gradient accumulation is derived, not
+    set: `grad_accum = ceil(prompts_per_step * groups_per_prompt * m / micro_batch)`.
+    """
+
+    # ---- what is trained, where results go
+    benchmark: str = field(default="arith", metadata={"help": "Task name in `pods.training.tasks.TASKS`."})
+    task_options: dict = field(
+        default_factory=dict, metadata={"help": "Keyword options for `get_task` (e.g. test_size)."}
+    )
+    hardware: str = field(
+        default="cpu", metadata={"help": "Hardware profile name (`config/hardware/<name>.yaml`); a run-path component."}
+    )
+    seed: int = field(
+        default=0,
+        metadata={"help": "Seeds the training prompt order, sampling and the random rule; also a run-path component."},
+    )
+    base_model: str = field(
+        default="models/{benchmark}/base",
+        metadata={"help": "Model RL starts from: a local folder (save_pretrained layout; `{benchmark}` is filled in) "
+                          "or a hub id, read through the hub cache (`pods fetch <id>` fetches it once)."},
+    )
+    run_dir: str = field(
+        default="results/local/runs/{benchmark}/{hardware}/{method}/seed{seed}",
+        metadata={"help": "Output folder; `{benchmark}`, `{hardware}`, `{method}`, `{seed}` are filled in. The "
+                          "default is git-ignored, away from the committed study (the workflow sets its own)."},
+    )
+
+    # ---- rollouts and down-sampling
+    n: int = field(default=16, metadata={"help": "Rollouts generated per prompt."})
+    m: int = field(
+        default=16, metadata={"help": "Rollouts trained on per prompt (m == n is vanilla GRPO, m < n is PODS)."}
+    )
+    rule: str = field(
+        default="max_variance",
+        metadata={
+            "help": "Down-sampling rule in `pods.selection.SELECTION_RULES`; resolved to `identity` when m == n, "
+            "since every rule keeps all n then."
+        },
+    )
+    normalize_over: str = field(
+        default="kept",
+        metadata={"help": "Advantage mean/std over the `kept` m rollouts (the authors' code) or `all` n."},
+    )
+    scale_rewards: bool = field(
+        default=True, metadata={"help": "Divide advantages by the group std + 1e-4 (False: centre only, Dr. GRPO)."}
+    )
+    prompts_per_step: int = field(
+        default=8, metadata={"help": "Prompts per optimiser step (the paper's single-GPU runs use 1)."}
+    )
+    rollouts_per_prompt: int | None = field(
+        default=None,
+        metadata={"help": "Rollouts sampled per prompt, in groups of n that are each normalised and down-sampled "
+                          "on their own; null: n (one group). The authors' 8-GPU runs sample 512 per prompt: "
+                          "GRPO-GA 16 groups of 32, PODS 4 groups of 128 (docs/paper.md 2.2)."},
+    )
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of training rollouts (paper: 0.9)."})
+    max_new_tokens: int = field(default=32, metadata={"help": "Completion length cap in tokens (paper: 512)."})
+
+    # ---- update
+    micro_batch: int = field(
+        default=128,
+        metadata={"help": "Rollouts per forward/backward pass; a step runs ceil(rollouts_trained/micro_batch) of them."},
+    )
+    lr: float = field(default=1e-4, metadata={"help": "AdamW learning rate (paper, LoRA on 3B: 5e-6)."})
+    lr_warmup_steps: int = field(
+        default=0, metadata={"help": "Linear warm-up steps, then a constant learning rate (the paper's schedule)."}
+    )
+    weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay (paper: 0.1)."})
+    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1 (paper: 0.9)."})
+    adam_beta2: float = field(default=0.99, metadata={"help": "AdamW beta2 (paper: 0.99)."})
+    max_grad_norm: float = field(
+        default=1.0, metadata={"help": "Gradient-norm clip; 0 disables (paper, LoRA on 3B: 0.1)."}
+    )
+    beta: float = field(
+        default=0.0, metadata={"help": "k3 KL penalty weight towards the base model (paper: 0 for Qwen, 0.04 Llama)."}
+    )
+    always_compute_ref: bool = field(
+        default=False,
+        metadata={
+            "help": "Compute reference log-probs even when beta == 0, as the authors' single-GPU code did "
+            "(a constant extra cost on both arms, docs/paper.md section 4.7)."
+        },
+    )
+    eps_low: float = field(default=0.2, metadata={"help": "Lower clip range of the ratio (inactive at one step per batch)."})
+    eps_high: float = field(default=0.2, metadata={"help": "Upper clip range of the ratio."})
+    loss_agg: str = field(
+        default="grpo",
+        metadata={"help": "Loss aggregation in `pods.grpo.LOSS_AGGREGATIONS`: grpo (authors), bnpo, dr_grpo."},
+    )
+
+    # ---- budget, evaluation, checkpoints
+    max_train_time_s: float | None = field(
+        default=600.0,
+        metadata={"help": "Training-clock budget in seconds (evaluation and checkpoints excluded); null: none."},
+    )
+    max_steps: int | None = field(default=None, metadata={"help": "Optimiser-step budget; null: none."})
+    eval_every_s: float | None = field(
+        default=15.0, metadata={"help": "Evaluate every this many seconds of training time; null: off."}
+    )
+    eval_every_steps: int | None = field(
+        default=None,
+        metadata={"help": "Evaluate every this many steps (reproducible across resume, unlike a time schedule); null: off."},
+    )
+    eval_items: int | None = field(
+        default=None, metadata={"help": "Evaluate on the first this many test items; null: the whole test set."}
+    )
+    eval_greedy: bool = field(default=True, metadata={"help": "Greedy decoding at evaluation (False: sampled)."})
+    eval_repeats: int = field(
+        default=1, metadata={"help": "Samples per test item when sampling (the paper: 5 at temperature 0.9)."}
+    )
+    eval_temperature: float = field(default=0.9, metadata={"help": "Sampling temperature of sampled evaluation."})
+    eval_batch: int = field(default=256, metadata={"help": "Test prompts per generation batch at evaluation."})
+    checkpoint_every_s: float = field(
+        default=60.0, metadata={"help": "Save a resumable checkpoint every this many seconds of training time; 0: every step."}
+    )
+
+    # ---- DAPO's dynamic sampling (the method name's `dapo-` prefix sets it)
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={"help": "Drop every group whose n rewards are all equal (no learning signal) before selection and "
+                          "any per-rollout forward pass, and generate for new prompts until the step has "
+                          "prompts_per_step informative groups or max_generation_rounds rounds ran (DAPO). One "
+                          "process only (torch or lora engine)."},
+    )
+    max_generation_rounds: int = field(
+        default=4,
+        metadata={"help": "dynamic_sampling: generation rounds per step at most; the step then trains on the "
+                          "informative groups it has (on the last round's when none was)."},
+    )
+
+    # ---- live tracking (pods.training.tracking): process 0 sends every step record and evaluation as it is written
+    report_to: list = field(
+        default_factory=list,
+        metadata={"help": "Trackers to report to: any of tensorboard, wandb, trackio (`pip install 'pods[track]'`); "
+                          "[]: none. The run's JSONL files are written either way and stay the source of truth."},
+    )
+
+    # ---- engines and numerics
+    rollout_engine: str = field(default="hf", metadata={"help": "Rollout engine in `pods.training.rollout.ROLLOUT_ENGINES`."})
+    update_engine: str = field(default="torch", metadata={"help": "Update engine in `pods.training.update.UPDATE_ENGINES`."})
+    precision: str = field(default="fp32", metadata={"help": "fp32, or bf16/fp16 autocast for the update."})
+    num_threads: int = field(
+        default=1, metadata={"help": "torch CPU threads (1 keeps parallel runs on a shared CPU from interfering)."}
+    )
+    device: str = field(default="cpu", metadata={"help": "torch device of the policy."})
+    gradient_checkpointing: bool = field(
+        default=False, metadata={"help": "Recompute activations in the backward pass (long completions on a GPU)."}
+    )
+    optimizer: str = field(
+        default="adamw", metadata={"help": "`adamw` (torch), or `adamw_8bit` (bitsandbytes, the paper's; lora engine)."}
+    )
+
+    # ---- engine options: read by the engine named in the comment (its options class validates them)
+    lora_rank: int = field(default=64, metadata={"help": "lora: LoRA rank r (paper: 64)."})
+    lora_alpha: int = field(default=64, metadata={"help": "lora: LoRA alpha; the update is scaled by alpha / r (paper: 64)."})
+    lora_dropout: float = field(default=0.0, metadata={"help": "lora: dropout on the adapter input (paper: 0)."})
+    lora_target_modules: str = field(
+        default="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+        metadata={"help": "lora: comma-separated module names that get an adapter, or `all-linear`."},
+    )
+    load_in_4bit: bool = field(
+        default=False, metadata={"help": "lora: reload the base in 4-bit NF4 (bitsandbytes, CUDA or CPU) under the adapter."}
+    )
+    deepspeed_zero_stage: int = field(default=2, metadata={"help": "deepspeed: ZeRO stage 0-3 (paper: 2)."})
+    deepspeed_offload_optimizer: bool = field(
+        default=False, metadata={"help": "deepspeed: optimiser states in host memory (ZeRO-Offload)."}
+    )
+    dist_backend: str = field(
+        default="", metadata={"help": "deepspeed: torch.distributed backend; empty: nccl on CUDA, gloo on CPU."}
+    )
+    vllm_gpu_memory_utilization: float = field(
+        default=0.5, metadata={"help": "vllm: share of the GPU memory vLLM may take; the update gets the rest."}
+    )
+    vllm_sleep: bool = field(
+        default=True, metadata={"help": "vllm: sleep between generations (free the KV cache, offload weights)."}
+    )
+    vllm_max_model_len: int | None = field(
+        default=None, metadata={"help": "vllm: longest prompt + completion in tokens; null: max_new_tokens + 1024."}
+    )
+    vllm_enforce_eager: bool = field(
+        default=False, metadata={"help": "vllm: skip CUDA-graph capture (slower decoding, faster start)."}
+    )
+    vllm_dtype: str = field(default="auto", metadata={"help": "vllm: weight dtype of vLLM's copy (auto: the checkpoint's)."})
+
+    # ---- derived values
+    @property
+    def method(self) -> str:
+        return method_name(self.rule, self.n, self.m, self.dynamic_sampling)
+
+    @property
+    def groups_per_prompt(self) -> int:
+        return 1 if self.rollouts_per_prompt is None else self.rollouts_per_prompt // self.n
+
+    @property
+    def groups_per_step(self) -> int:
+        """Groups of n rollouts per optimiser step (each selected and normalised on its own)."""
+        return self.prompts_per_step * self.groups_per_prompt
+
+    @property
+    def grad_accum(self) -> int:
+        """Micro-batches per optimiser step."""
+        return math.ceil(self.rollouts_trained / self.micro_batch)
+
+    @property
+    def rollouts_generated(self) -> int:
+        return self.groups_per_step * self.n
+
+    @property
+    def rollouts_trained(self) -> int:
+        return self.groups_per_step * self.m
+
+    def model_path(self) -> Path:
+        """The base model's local folder; a hub id resolves to its snapshot in the hub cache
+        (`pods.training.hub`: downloaded when online, refused in one line when offline and not cached)."""
+        from pods.training import hub
+
+        base = self.base_model.format(benchmark=self.benchmark)
+        return hub.resolve(base) if hub.is_hub_id(base) else Path(base)
+
+    def output_dir(self) -> Path:
+        return Path(
+            self.run_dir.format(benchmark=self.benchmark, hardware=self.hardware, method=self.method, seed=self.seed)
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    # ---- validation
+    def validate(self) -> "TrainConfig":
+        """Check every field and resolve `rule`; raises ValueError naming the key. Returns self."""
+        from pods.grpo import LOSS_AGGREGATIONS
+        from pods.training.rollout import ROLLOUT_ENGINES
+        from pods.selection import SELECTION_RULES
+        from pods.training.tasks import TASKS
+        from pods.training.update import UPDATE_ENGINES
+
+        def need(ok: bool, key: str, what: str) -> None:
+            if not ok:
+                raise ValueError(f"config key {key!r}: {what}, got {getattr(self, key)!r}")
+
+        def choice(key: str, options) -> None:
+            need(getattr(self, key) in options, key, f"must be one of {', '.join(sorted(options))}")
+
+        choice("benchmark", TASKS)
+        try:  # the options must fit the task's factory; checked now, the task is built later
+            inspect.signature(TASKS[self.benchmark]).bind_partial(**self.task_options)
+        except TypeError as exc:
+            raise ValueError(f"config key 'task_options': {exc} (benchmark {self.benchmark!r})") from None
+        need(self.n >= 1, "n", "must be >= 1")
+        need(1 <= self.m <= self.n, "m", f"must satisfy 1 <= m <= n (n = {self.n})")
+        choice("rule", SELECTION_RULES)
+        if self.m == self.n:
+            self.rule = "identity"
+        else:
+            need(self.rule != "identity", "rule", f"'identity' keeps every rollout, so it needs m == n (n={self.n}, m={self.m})")
+        need(self.m >= 2, "m", "must be >= 2 (a group advantage needs two rewards)")
+        need(self.max_generation_rounds >= 1, "max_generation_rounds", "must be >= 1")
+        # the deepspeed engine's batch is fixed when it is built; a dynamically sampled step's is not
+        need(not (self.dynamic_sampling and self.update_engine == "deepspeed"), "dynamic_sampling",
+             "runs on one process (update_engine torch or lora), not with deepspeed")
+        choice("normalize_over", NORMALIZE_OVER)
+        choice("loss_agg", LOSS_AGGREGATIONS)
+        choice("rollout_engine", ROLLOUT_ENGINES)
+        choice("update_engine", UPDATE_ENGINES)
+        from pods.training.rollout import rollout_engine_class
+        from pods.training.update import update_engine_class
+
+        for engine in (rollout_engine_class(self.rollout_engine), update_engine_class(self.update_engine)):
+            if engine.Options is not None:  # the engine's own checks, now rather than after the model loads
+                engine.Options.from_config(self)
+        from pods.training.tasks import task_class
+
+        need(self.seed >= 0, "seed", "must be >= 0")
+        seeds = task_class(self.benchmark).seed_limit
+        need(seeds is None or self.seed < seeds, "seed",
+             f"task {self.benchmark!r} takes seeds in [0, {seeds}) (each seed's training split is generated "
+             f"from its own block of generator seeds, kept apart from the test split's)")
+        choice("precision", PRECISIONS)
+        choice("optimizer", ("adamw", "adamw_8bit"))
+        need(self.optimizer == "adamw" or self.update_engine == "lora", "optimizer",
+             "adamw_8bit is implemented by update_engine 'lora' only")
+        for key in ("prompts_per_step", "micro_batch", "max_new_tokens", "eval_repeats", "eval_batch", "num_threads"):
+            need(getattr(self, key) >= 1, key, "must be >= 1")
+        for key in ("lr", "temperature", "eval_temperature"):
+            need(getattr(self, key) > 0, key, "must be > 0")
+        for key in ("weight_decay", "max_grad_norm", "beta", "eps_low", "eps_high", "checkpoint_every_s", "lr_warmup_steps"):
+            need(getattr(self, key) >= 0, key, "must be >= 0")
+        for key in ("adam_beta1", "adam_beta2"):
+            need(0 <= getattr(self, key) < 1, key, "must be in [0, 1)")
+        need(self.max_train_time_s is None or self.max_train_time_s > 0, "max_train_time_s", "must be > 0 or null")
+        need(self.max_steps is None or self.max_steps >= 1, "max_steps", "must be >= 1 or null")
+        need(self.rollouts_per_prompt is None or (self.rollouts_per_prompt >= self.n and self.rollouts_per_prompt % self.n == 0),
+             "rollouts_per_prompt", f"must be null or a multiple of n = {self.n}")
+        need(
+            self.max_train_time_s is not None or self.max_steps is not None,
+            "max_steps",
+            "needs a budget: set max_steps or max_train_time_s",
+        )
+        need(self.eval_every_s is None or self.eval_every_s > 0, "eval_every_s", "must be > 0 or null")
+        need(self.eval_every_steps is None or self.eval_every_steps >= 1, "eval_every_steps", "must be >= 1 or null")
+        need(self.eval_items is None or self.eval_items >= 1, "eval_items", "must be >= 1 or null")
+        need(not (self.eval_greedy and self.eval_repeats > 1), "eval_repeats", "must be 1 with eval_greedy (repeats would be identical)")
+        from pods.training.tracking import check_report_to
+
+        need(check_report_to(self.report_to) is None, "report_to", check_report_to(self.report_to) or "")
+        for key in ("hardware", "run_dir", "base_model", "device"):
+            need(bool(getattr(self, key)), key, "must not be empty")
+        return self
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+
+
+def config_help() -> str:
+    """Every config key with its type, default and help, for `pods train --help`."""
+    lines = ["config keys (KEY=VALUE, or in the --config YAML), with their defaults:"]
+    for f in dataclasses.fields(TrainConfig):
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        lines.append(f"  {f.name} = {default!r}  ({str(f.type)})")
+        lines.append(f"      {f.metadata.get('help', '')}")
+    return "\n".join(lines)
+
+
+def coerce_field(fields: Mapping[str, dataclasses.Field], key: str, value: Any, word: str = "config key") -> Any:
+    """One value checked against its dataclass field's annotation (YAML already typed it): ints pass
+    as floats, and `1e-3` (which YAML 1.1, PyYAML's dialect, reads as a string) as the float it is
+    in YAML 1.2. Shared by every config of the package (TrainConfig, WarmStartConfig)."""
+    annotation = str(fields[key].type)
+    optional = "None" in annotation
+    if value is None:
+        if optional:
+            return None
+        raise ValueError(f"{word} {key!r} must not be null")
+    base = annotation.replace(" | None", "")
+    if base == "bool":
+        if isinstance(value, bool):
+            return value
+    elif base == "int":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    elif base == "float":
+        number = None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = float(value)
+        elif isinstance(value, str):  # PyYAML reads `1e-4` (no dot) as a string
+            try:
+                number = float(value)
+            except ValueError:
+                pass
+        if number is not None:
+            if not math.isfinite(number):
+                raise ValueError(f"{word} {key!r} must be a finite number, got {value!r}")
+            return number
+    elif base == "str":
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+    elif base == "dict":
+        if isinstance(value, dict):
+            return value
+    elif base == "list":
+        if isinstance(value, str):  # `report_to=tensorboard`: a list of one
+            return [value] if value else []
+        if isinstance(value, list) and all(isinstance(item, str) for item in value):
+            return value
+    raise ValueError(f"{word} {key!r} must be {base}{' or null' if optional else ''}, got {value!r}")
+
+
+def check_field_name(fields: Mapping[str, dataclasses.Field], key: str, where: str, word: str = "config key") -> None:
+    if key not in fields:
+        close = difflib.get_close_matches(key, fields, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown {word} {key!r} in {where}{hint}")
+
+
+def _coerce(key: str, value: Any) -> Any:
+    return coerce_field(_FIELDS, key, value)
+
+
+def _check_key(key: str, where: str) -> None:
+    check_field_name(_FIELDS, key, where)
+
+
+def parse_value(raw: str) -> Any:
+    """One override value as the command line carries it, read as a YAML scalar (or flow list/map)."""
+    import yaml
+
+    return yaml.safe_load(raw) if raw.strip() else ""
+
+
+def parse_overrides(overrides: list[str], fields: Mapping[str, dataclasses.Field] | None = None,
+                    word: str = "config key") -> dict[str, Any]:
+    """`["n=64", "eval_every_s=null"]` -> dict, values parsed as YAML scalars, keys checked against
+    `fields` (default: TrainConfig's)."""
+    parsed: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"override {item!r} is not of the form key=value")
+        check_field_name(fields or _FIELDS, key, "overrides", word)
+        parsed[key] = parse_value(raw)
+    return parsed
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """A TrainConfig YAML file (a flat mapping of keys to values), keys checked."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {path} not found")
+    try:
+        loaded = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"config file {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(loaded, dict):
+        raise ValueError(f"config file {path} must hold a mapping of keys to values")
+    for key in loaded:
+        _check_key(str(key), str(path))
+    return loaded
+
+
+def resolve_train_config(layers: Sequence[tuple[str, Mapping[str, Any]]], *, cite: bool = True) -> TrainConfig:
+    """TrainConfig from layers of key -> value, later layers winning, validated.
+
+    Each layer is (where it comes from, its values). An unknown key names its layer; with `cite`, a
+    bad value names the layer that set it last (`pods train` has only its file and its overrides,
+    and says so without it).
+    """
+    values: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for where, layer in layers:
+        for key, value in layer.items():
+            _check_key(str(key), where)
+            values[key], origin[key] = value, where
+    try:
+        return TrainConfig(**{key: _coerce(key, value) for key, value in values.items()}).validate()
+    except ValueError as exc:
+        match = re.match(r"config key '(\w+)'", str(exc))
+        if cite and match and match[1] in origin:
+            raise ValueError(f"{exc} (set in {origin[match[1]]})") from None
+        raise
+
+
+def load_train_config(path: str | Path | None = None, overrides: list[str] | dict | None = None) -> TrainConfig:
+    """Read a YAML config (flat mapping of TrainConfig keys), apply overrides, validate.
+
+    Raises ValueError (or FileNotFoundError) with the key or file named, before any compute.
+    """
+    layers: list[tuple[str, Mapping[str, Any]]] = []
+    if path is not None:
+        layers.append((str(path), read_config_file(path)))
+    if isinstance(overrides, dict):
+        layers.append(("overrides", overrides))
+    elif overrides:
+        layers.append(("overrides", parse_overrides(list(overrides))))
+    return resolve_train_config(layers, cite=False)

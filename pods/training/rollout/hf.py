@@ -1,0 +1,134 @@
+"""`hf` rollout engine: batched sampling with a KV cache from the training policy object itself.
+
+Each distinct prompt is prefilled once and its cache repeated n times, as vLLM's prefix caching
+would share it; rows that have emitted EOS are dropped from the batch (and the cache) as they
+accumulate, so long-tailed length distributions do not keep paying for finished rows.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from transformers import DynamicCache
+
+from pods.training.batches import Rollouts
+from pods.training.models import CACHE
+from pods.training.rollout.base import RolloutEngine
+
+# Compact the running batch once this share of its rows has finished: each compaction copies
+# the cache, so doing it for every finished row would cost more than it saves.
+COMPACT_FRACTION = 0.25
+
+
+class HFRolloutEngine(RolloutEngine):
+    """Sampling with any `transformers` causal LM (GPT-2, Llama, ...) on CPU or GPU.
+
+    Args:
+        model: the policy (shared with the update engine, so weights are always current).
+        tokenizer: supplies `pad_token_id` and `eos_token_id`.
+        config: unused beyond the constructor convention shared by all engines.
+    """
+
+    def __init__(self, *, model, tokenizer, config=None):
+        self.model = model
+        # ZeRO-3 gathers the sharded weights inside every forward, a collective: all processes
+        # must then make the same number of decoding calls, so none stops before all are done.
+        self.lockstep = (
+            getattr(config, "update_engine", None) == "deepspeed" and getattr(config, "deepspeed_zero_stage", 0) == 3
+            and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        )
+        self.pad_id = tokenizer.pad_token_id
+        self.eos_id = tokenizer.eos_token_id
+        if self.pad_id is None or self.eos_id is None:
+            raise ValueError("the tokenizer needs pad_token_id and eos_token_id for batched sampling")
+
+    def sync_weights(self, model) -> None:
+        self.model = model
+
+    @staticmethod
+    def _everyone(flag: bool, device) -> bool:
+        """True when `flag` is true on every process."""
+        pending = torch.tensor([0.0 if flag else 1.0], device=device)
+        dist.all_reduce(pending)
+        return pending.item() == 0
+
+    @torch.no_grad()  # not inference_mode: the sampled ids are later inputs of a graph with grad
+    def generate(self, prompt_ids, n, *, temperature, max_new_tokens, greedy=False, seed=None) -> Rollouts:
+        if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
+            raise ValueError("generate needs at least one prompt and no empty prompt")
+        model = self.model
+        device = next(model.parameters()).device
+        was_training = model.training
+        model.eval()
+        generator = None
+        if seed is not None and not greedy:
+            generator = torch.Generator(device=device).manual_seed(seed)
+
+        G = len(prompt_ids)
+        width = max(len(p) for p in prompt_ids)
+        input_ids = torch.full((G, width), self.pad_id, dtype=torch.long, device=device)
+        attention = torch.zeros((G, width), dtype=torch.long, device=device)
+        for g, p in enumerate(prompt_ids):  # left padding: every prompt ends in the last column
+            input_ids[g, width - len(p):] = torch.tensor(p, dtype=torch.long, device=device)
+            attention[g, width - len(p):] = 1
+        positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
+
+        cache = DynamicCache()
+        out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                    use_cache=True, logits_to_keep=1, **{CACHE: cache})
+        cache = getattr(out, CACHE)
+        logits = out.logits[:, -1, :].float()
+        if not torch.isfinite(logits).all():  # sampling would fail on it, greedy would decode garbage
+            raise FloatingPointError("the policy's logits are not finite (its weights have diverged)")
+        if n > 1:  # share each prompt's prefill among its n rows
+            cache.batch_repeat_interleave(n)
+            logits = logits.repeat_interleave(n, dim=0)
+            attention = attention.repeat_interleave(n, dim=0)
+        next_pos = attention.sum(dim=1)  # [B] position of the next token
+
+        B = G * n
+        tokens = torch.full((B, max_new_tokens), self.pad_id, dtype=torch.long, device=device)
+        mask = torch.zeros((B, max_new_tokens), dtype=torch.long, device=device)
+        active = torch.arange(B, device=device)  # original row of each running row
+        finished = torch.zeros(B, dtype=torch.bool, device=device)  # per running row
+        for t in range(max_new_tokens):
+            if greedy:
+                chosen = logits.argmax(dim=-1)
+            else:
+                probs = torch.softmax(logits / temperature, dim=-1)
+                chosen = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+            # a finished row that is still in the batch keeps sampling; its tokens are cut below
+            tokens[active, t] = chosen
+            mask[active, t] = 1
+            finished = finished | (chosen == self.eos_id)
+            stop = t == max_new_tokens - 1 or bool(finished.all())
+            if self.lockstep:
+                stop = self._everyone(stop, device)
+            if stop:
+                break
+            if finished.float().mean() >= COMPACT_FRACTION and not finished.all():
+                keep = (~finished).nonzero().squeeze(1)
+                cache.batch_select_indices(keep)
+                active, chosen, attention, next_pos = active[keep], chosen[keep], attention[keep], next_pos[keep]
+                finished = finished[keep]
+            attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
+            out = model(input_ids=chosen[:, None], attention_mask=attention, position_ids=next_pos[:, None],
+                        use_cache=True, **{CACHE: cache})
+            cache = getattr(out, CACHE)
+            logits = out.logits[:, -1, :].float()
+            next_pos = next_pos + 1
+        model.train(was_training)
+
+        # cut every row after its first EOS (rows not yet compacted away kept sampling)
+        is_eos = (tokens == self.eos_id) & (mask == 1)
+        after_eos = (is_eos.long().cumsum(dim=1) - is_eos.long()) > 0
+        mask = mask.masked_fill(after_eos, 0)
+        tokens = tokens.masked_fill(mask == 0, self.pad_id)
+        T = int(mask.sum(dim=0).nonzero().max()) + 1 if mask.any() else 1
+        group = torch.arange(G, device=device).repeat_interleave(n)
+        return Rollouts(
+            prompt_ids=[list(p) for p in prompt_ids],
+            completion_ids=tokens[:, :T].cpu(),
+            completion_mask=mask[:, :T].cpu(),
+            group=group.cpu(),
+            n=n,
+        )

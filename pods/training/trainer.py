@@ -1,0 +1,348 @@
+"""GRPO and GRPO-PODS: one training loop, readable top to bottom.
+
+`train_step` is one step: generate `n` rollouts for each of `prompts_per_step` prompts, score
+them, keep `m` per prompt with the configured rule, then compute everything per-rollout (reference
+log-probs, advantages, the update) for the kept rollouts only: dropping rollouts before any
+per-rollout forward pass is where PODS saves its time. Vanilla GRPO is `m == n` (rule
+`identity`). `train` runs steps until the budget is spent, evaluating and checkpointing off the
+training clock; the run directory (lock, resume, config, summary, failures) is `pods.training.rundir`'s.
+With several processes (deepspeed), each generates, scores and selects its share of the prompts;
+the kept rollouts are gathered and the engine splits the update over the processes again.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from pods.training.batches import Rollouts, UpdateBatch
+from pods.training.config import TrainConfig, config_help, load_train_config
+from pods.training.distributed import all_sum, gather_batch, world
+from pods.training.evaluation import EvalSet, evaluate
+from pods.grpo import kept_advantages
+from pods.training.rollout import make_rollout_engine
+from pods.training.rollout.base import encode_prompts
+from pods.training.groups import PromptStream, dynamic_sample, kept_rows, score, zero_variance_frac
+from pods.training.rundir import Progress, RunDirectory, budget_spent, set_rng_state
+from pods.runs import RunInterrupted
+from pods.selection import select
+from pods.training.timing import Heartbeat, PhaseTimer, TrainClock
+from pods.training.update import make_update_engine
+
+
+# --- one step ------------------------------------------------------------------------------------
+def train_step(cfg: TrainConfig, parts: Parts, step: int, clock: TrainClock, timer: PhaseTimer) -> dict:
+    """Optimiser step number `step`: generate -> score -> select -> advantages -> update.
+
+    Returns the step record (a line of steps.jsonl: docs/contracts.md).
+    """
+    step_start, made = clock.train, Generated()
+    # 1. n rollouts per prompt, each prompt prefilled once (each process: its share of prompts), scored
+    rollouts, rewards, problems = generate_and_score(cfg, parts, cfg.prompts_per_step, timer, made)
+    rounds = 1
+    if cfg.dynamic_sampling:  # DAPO: flat groups dropped, fresh prompts until the step is full
+        rollouts, rewards, problems, rounds = dynamic_sample(
+            (rollouts, rewards, problems), lambda k: generate_and_score(cfg, parts, k, timer, made),
+            cfg.groups_per_step, cfg.groups_per_prompt, cfg.max_generation_rounds, parts.tokenizer.pad_token_id)
+    # 2. keep m per prompt; from here on only kept rollouts cost anything
+    with timer("select"):
+        kept = select(rewards, cfg.m, cfg.rule)
+        batch = UpdateBatch.from_rollouts(rollouts, kept_rows(kept, cfg.n), parts.tokenizer.pad_token_id)
+        advantages = kept_advantages(rewards, kept, normalize_over=cfg.normalize_over, scale=cfg.scale_rewards).flatten()
+        if parts.size > 1:  # the whole step's kept rollouts on every process; the engine splits the update
+            batch, advantages = gather_batch(batch, advantages, parts.tokenizer.pad_token_id)
+    # 3. One gradient step per generated batch: the sampling policy is the current one, so the
+    # "old" log-probs come detached from the update's own forward pass (old_logprobs=None), and
+    # the reference pass runs only when the KL term (or the authors' cost) asks for it.
+    with timer("logprob"):
+        ref_logprobs = parts.updater.ref_logprobs(batch) if cfg.beta > 0 or cfg.always_compute_ref else None
+    with timer("update"):
+        metrics = parts.updater.step(batch, advantages.float(), None, ref_logprobs)
+    for name in ("loss", "grad_norm"):  # the weights are now spoilt: stop before anything is saved
+        if not math.isfinite(metrics.get(name, 0.0)):
+            raise FloatingPointError(f"non-finite {name} ({metrics[name]}) in the update")
+
+    generated, tokens, reward_sum, flat, groups, trained_groups, kept_flat = all_sum([
+        made.rollouts, made.tokens, made.reward_sum, made.flat, made.groups, len(problems),
+        zero_variance_frac(torch.gather(rewards, 1, kept)) * len(problems)])
+    return {
+        "step": step, "train_time_s": round(clock.train, 4), "wall_time_s": round(clock.wall, 4),
+        **{k: round(v, 6) for k, v in timer.lap().items()}, "step_s": round(clock.train - step_start, 6),
+        "rollouts_generated": int(generated), "rollouts_trained": len(batch),
+        "tokens_generated": int(tokens), "tokens_trained": batch.num_tokens,
+        "reward_mean": reward_sum / generated,
+        "zero_variance_frac": flat / groups,  # share of the generated groups with no learning signal
+        "kept_zero_variance_frac": kept_flat / trained_groups,
+        # dynamic sampling: how many generation rounds the step took, how many flat groups it dropped
+        **({"generation_rounds": rounds, "groups_dropped": int(groups - trained_groups)}
+           if cfg.dynamic_sampling else {}),
+        # what else ran on the machine: runs that share it slow each other's clocks
+        "load_avg_1m": round(os.getloadavg()[0], 3),
+        **metrics,
+    }
+
+
+@dataclass
+class Parts:
+    """What every step works with, built once per run."""
+
+    task: object
+    tokenizer: object
+    updater: object  # pods.training.update: owns the policy, its optimiser and the reference model
+    sampler: object  # pods.training.rollout: generates from the current policy
+    eval_set: EvalSet
+    prompts: "PromptStream"
+    rank: int = 0
+    size: int = 1
+
+
+@dataclass
+class Generated:
+    """What a step generated, added up over its generation rounds (dynamic sampling draws several)."""
+
+    rollouts: int = 0
+    tokens: int = 0
+    reward_sum: float = 0.0
+    flat: float = 0.0  # groups whose rewards are all equal
+    groups: int = 0
+
+
+def generate_and_score(cfg: TrainConfig, parts: Parts, k: int, timer: PhaseTimer,
+                       made: Generated) -> tuple[Rollouts, torch.Tensor, list]:
+    """The groups of `k` fresh prompts (this process's share): generated, then scored."""
+    with timer("generate"):
+        problems = [p for p in parts.prompts.take(k)[parts.rank::parts.size] for _ in range(cfg.groups_per_prompt)]
+        prompt_ids = encode_prompts(parts.tokenizer, [parts.task.render_prompt(p, parts.tokenizer) for p in problems])
+        parts.sampler.sync_weights(parts.updater.policy)
+        rollouts = parts.sampler.generate(prompt_ids, cfg.n, temperature=cfg.temperature,
+                                          max_new_tokens=cfg.max_new_tokens)
+    with timer("reward"):
+        rewards = score(parts.task, parts.tokenizer, rollouts, problems)
+    made.rollouts += len(rollouts)
+    made.tokens += rollouts.num_tokens
+    made.reward_sum += rewards.sum().item()
+    made.flat += zero_variance_frac(rewards) * len(problems)
+    made.groups += len(problems)
+    return rollouts, rewards, problems
+
+
+# --- the loop ------------------------------------------------------------------------------------
+def train(cfg: TrainConfig, *, progress_bar: bool = True, restart: bool = False, log_every_s: float | None = 30.0) -> dict:
+    """Run (or resume) one training run; returns its summary (on process 0).
+
+    Process 0 holds the run directory's lock from before the model is loaded to the end. A finished
+    run whose budget this config does not extend is returned as it is, untouched; `restart`
+    discards whatever an earlier attempt left (the only way this function deletes run files).
+    `log_every_s`: without a progress bar, a progress line every this many seconds (None: never).
+    """
+    run = RunDirectory(cfg, restart=restart)
+    # read-only checks first: a finished run or a bad input leaves no trace at all
+    if (finished := run.finished()) is not None:
+        if run.lead:
+            print(f"{run.path}: finished already ({finished.get('steps')} steps, "
+                  f"{finished.get('train_time_s') or 0:.1f} s of training); nothing to do", flush=True)
+        return finished if run.lead else {}
+    check_base_model(cfg)
+    with run:
+        parts = build_parts(cfg)
+        state, saved_rng = run.open(parts.updater, startup_line(cfg))
+        parts.prompts.position = state.data_position
+        clock, timer = TrainClock(state.train_s, state.wall_s), PhaseTimer()
+        if saved_rng is None:
+            random.seed(cfg.seed)
+            np.random.seed(cfg.seed)
+            torch.manual_seed(cfg.seed + 1_000_003 * parts.rank)  # processes sample different rollouts
+            checkpoint(run, parts, state, clock, timer)  # from the first moment on, whatever is logged can be resumed
+        else:
+            set_rng_state(saved_rng)
+        display = Display(cfg, state, clock, progress_bar and parts.rank == 0,
+                          None if progress_bar or parts.rank else log_every_s)
+        failing_step, during = state.step, f"the evaluation at step {state.step}"  # what a failure is blamed on
+        try:
+            if state.step == 0 and state.last_eval_step < 0:
+                accuracy = run_eval(cfg, parts, run, state, clock, timer, progress_bar)  # the base model, at t = 0
+                state.next_eval_s = cfg.eval_every_s or 0.0
+            else:
+                accuracy = run.last_accuracy()
+            while not budget_spent(cfg, state.step, train_time(clock, parts)):
+                failing_step, during = state.step + 1, f"step {state.step + 1}"
+                record = train_step(cfg, parts, state.step + 1, clock, timer)
+                state.step += 1
+                run.log_step(record)
+                stop = all_sum([float(run.preemption_requested)])[0] > 0  # every process stops at the same step
+
+                # evaluation and checkpoints on their schedules, off the training clock
+                now = train_time(clock, parts)
+                done = budget_spent(cfg, state.step, now)
+                by_steps = cfg.eval_every_steps is not None and state.step % cfg.eval_every_steps == 0
+                by_time = cfg.eval_every_s is not None and now >= state.next_eval_s
+                if by_steps or by_time or done:
+                    failing_step, during = state.step, f"the evaluation at step {state.step}"
+                    accuracy = run_eval(cfg, parts, run, state, clock, timer, progress_bar)
+                    while cfg.eval_every_s is not None and state.next_eval_s <= now:
+                        state.next_eval_s += cfg.eval_every_s
+                if not done and now >= state.next_checkpoint_s:
+                    state.next_checkpoint_s = now + cfg.checkpoint_every_s
+                    checkpoint(run, parts, state, clock, timer)
+
+                display.step(state.step, record["reward_mean"], accuracy)
+                if stop and not done:
+                    display.close()
+                    checkpoint(run, parts, state, clock, timer, "interrupted")
+                    raise RunInterrupted(f"{run.path}: SIGTERM; stopped after step {state.step}, checkpointed, "
+                                         "summary.json says 'interrupted'; run the same command again to resume")
+            if state.last_eval_step != state.step:  # resumed from a checkpoint taken just before the budget ran out
+                failing_step, during = state.step, f"the evaluation at step {state.step}"
+                run_eval(cfg, parts, run, state, clock, timer, progress_bar)
+        except FloatingPointError as exc:
+            display.close()
+            state.train_s, state.wall_s = clock.train, clock.wall
+            raise run.fail(state, failing_step, f"{exc} (during {during})") from None
+        display.close()
+        summary = checkpoint(run, parts, state, clock, timer, "complete")
+    if parts.rank:
+        return {}
+    print(
+        f"{cfg.method}: {state.step} steps in {state.train_s:.1f} s of training "
+        f"({summary['s_per_step'] or 0:.3f} s/step); accuracy base {summary['base_accuracy']:.3f}, "
+        f"final {summary['final_accuracy']:.3f}, peak {summary['peak_accuracy']:.3f} -> {run.path}",
+        flush=True,
+    )
+    return summary
+
+
+def run_eval(cfg: TrainConfig, parts: Parts, run: RunDirectory, state: Progress, clock: TrainClock,
+             timer: PhaseTimer, progress_bar: bool) -> float:
+    """Evaluate the current policy off the training clock, log it, return its accuracy."""
+    # stamped with the training time at which these weights were reached (the base model: none),
+    # cut (not rounded) to the millisecond: a stamp past the clock's reading at the next checkpoint
+    # would put the evaluation after the summary's training time, outside the run's own curve
+    record = {"step": state.step, "train_time_s": math.floor(clock.train * 1000) / 1000 if state.step else 0.0,
+              "wall_time_s": round(clock.wall, 3)}
+    with clock.paused(), timer("eval"):
+        result = evaluate(
+            parts.sampler, parts.task, parts.tokenizer, parts.eval_set, greedy=cfg.eval_greedy,
+            repeats=cfg.eval_repeats, temperature=cfg.eval_temperature, max_new_tokens=cfg.max_new_tokens,
+            batch_size=cfg.eval_batch, seed=cfg.seed, rank=parts.rank, world_size=parts.size, reduce=all_sum,
+        )
+    seconds = timer.take("eval")
+    state.eval_s += seconds
+    run.log_eval(record | result | {"eval_s": round(seconds, 4)})
+    if parts.rank == 0 and not progress_bar:  # a log file gets one line per evaluation instead of a bar
+        print(f"step {state.step} | train {record['train_time_s']:.1f} s | accuracy {result['accuracy']:.3f} "
+              f"| mean length {result['mean_length']:.1f}", flush=True)
+    state.last_eval_step = state.step
+    return result["accuracy"]
+
+
+def checkpoint(run: RunDirectory, parts: Parts, state: Progress, clock: TrainClock, timer: PhaseTimer,
+               status: str = "running") -> dict | None:
+    """Save the run off the training clock; returns the summary (process 0)."""
+    with clock.paused(), timer("checkpoint"):
+        state.train_s, state.wall_s, state.data_position = clock.train, clock.wall, parts.prompts.position
+        summary = run.checkpoint(parts.updater, state, status)
+    state.checkpoint_s += timer.take("checkpoint")  # counted from the next checkpoint on
+    return summary
+
+
+def train_time(clock: TrainClock, parts: Parts) -> float:
+    """The training clock, process 0's everywhere: every process must take the same branches."""
+    return clock.train if parts.size == 1 else all_sum([clock.train if parts.rank == 0 else 0.0])[0]
+
+
+class Display:
+    """A progress bar on a terminal; in a log file (a batch job) a progress line every `log_every_s`."""
+
+    def __init__(self, cfg: TrainConfig, state: Progress, clock: TrainClock, bar: bool, log_every_s: float | None):
+        self.clock, self.by_steps = clock, cfg.max_steps is not None
+        self.bar = tqdm(
+            total=cfg.max_steps if self.by_steps else round(cfg.max_train_time_s),
+            initial=state.step if self.by_steps else min(round(clock.train), round(cfg.max_train_time_s)),
+            unit="step" if self.by_steps else "s", disable=not bar, dynamic_ncols=True,
+        )
+        self.heartbeat = Heartbeat(log_every_s)
+
+    def step(self, step: int, reward: float, accuracy: float) -> None:
+        train = self.clock.train
+        self.bar.set_postfix(step=step, reward=f"{reward:.3f}", acc=f"{accuracy:.3f}", s_step=f"{train / step:.3f}",
+                             refresh=False)
+        self.bar.update(1 if self.by_steps else max(0, round(train) - self.bar.n))
+        if self.heartbeat.due():
+            print(f"step {step} | train {train:.1f} s | reward {reward:.3f} | accuracy {accuracy:.3f} | "
+                  f"{train / step:.3f} s/step", flush=True)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+# --- set-up --------------------------------------------------------------------------------------
+def check_base_model(cfg: TrainConfig) -> None:
+    try:
+        base = cfg.model_path()
+    except FileNotFoundError as exc:  # a hub id the offline cache lacks
+        raise FileNotFoundError(f"base_model: {exc}") from None
+    if not (base / "config.json").is_file():
+        raise FileNotFoundError(f"base_model: no model folder at {base}; run `pods warmstart` first")
+
+
+def build_parts(cfg: TrainConfig) -> Parts:
+    from pods.training.models import load_policy
+    from pods.training.tasks import get_task
+
+    torch.set_num_threads(cfg.num_threads)
+    task = get_task(cfg.benchmark, **cfg.task_options)
+    device = cfg.device
+    if device == "cuda" and "LOCAL_RANK" in os.environ:  # one device per process under a launcher
+        device = f"cuda:{os.environ['LOCAL_RANK']}"
+    model, tokenizer = load_policy(cfg.model_path(), device=device)
+    updater = make_update_engine(cfg.update_engine, model=model, config=cfg)
+    sampler = make_rollout_engine(cfg.rollout_engine, model=updater.policy, tokenizer=tokenizer, config=cfg)
+    rank, size = world()  # after the update engine, which starts torch.distributed if it needs it
+    if cfg.prompts_per_step % size:
+        raise ValueError(f"config key 'prompts_per_step': {cfg.prompts_per_step} does not split over {size} processes")
+    return Parts(task, tokenizer, updater, sampler, EvalSet.build(task, tokenizer, cfg.eval_items),
+                 PromptStream(task.train_problems(cfg.seed), cfg.seed), rank, size)
+
+
+def startup_line(cfg: TrainConfig) -> str:
+    return (
+        f"{cfg.method} on {cfg.benchmark} (seed {cfg.seed}): "
+        f"prompts/step {cfg.prompts_per_step}"
+        + (f" x {cfg.groups_per_prompt} groups" if cfg.groups_per_prompt > 1 else "")
+        + f" | rollouts generated/step {cfg.rollouts_generated} (n={cfg.n}) | "
+        f"rollouts trained/step {cfg.rollouts_trained} (m={cfg.m}, rule {cfg.rule}) | "
+        f"micro-batch {cfg.micro_batch} | grad accumulation {cfg.grad_accum}"
+    )
+
+
+# --- CLI -----------------------------------------------------------------------------------------
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Train one run. KEY=VALUE pairs override the config file; every key is listed below. "
+        "Restarting the same command resumes the run from its checkpoint; a finished run is left as it is."
+    )
+    parser.epilog = config_help()
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--config", type=Path, default=None, help="YAML file of config keys")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    parser.add_argument("--restart", action="store_true",
+                        help="discard what an earlier attempt left in run_dir (logs, summary, checkpoint) and start at step 0")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--log-every", type=float, default=30.0, metavar="SECONDS",
+                        help="without a progress bar (a log file, a batch job): a progress line this often")
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    cfg = load_train_config(args.config, args.overrides)  # every input error before any compute
+    train(cfg, progress_bar=not args.no_progress and sys.stderr.isatty(), restart=args.restart,
+          log_every_s=args.log_every)
+    return 0
