@@ -40,9 +40,6 @@ from pods.training.timing import STEP_PHASES  # the step record has one `<phase>
 LOCK_FILE = ".lock"
 RUN_FILES = ("steps.jsonl", "evals.jsonl", "summary.json")  # what a run has produced
 STATUSES = ("running", "complete", "failed", "interrupted")
-# Where a run lives under a study's runs folder; `run_key` reads the components back.
-RUN_LAYOUT = "{benchmark}/{hardware}/{method}/seed{seed}"
-RUN_KEY = ("benchmark", "hardware", "method", "seed")
 
 
 class _EvalFields(TypedDict):
@@ -96,11 +93,6 @@ class StepRecord(_StepFields, total=False):
     load_avg_1m: float              # the machine's 1-minute load average after the step
     generation_rounds: int          # dynamic sampling only: generation rounds the step took
     groups_dropped: int             # dynamic sampling only: groups generated but not trained
-
-
-def run_path(runs_dir: str, **key: Any) -> str:
-    """`{runs_dir}/{benchmark}/{hardware}/{method}/seed{seed}` (as text: Snakemake patterns use it too)."""
-    return f"{runs_dir}/{RUN_LAYOUT.format(**key)}"
 
 
 class RunDirError(ValueError):
@@ -441,7 +433,7 @@ def check_summary(summary: Mapping, evals: Sequence[Mapping], steps: Sequence[Ma
 
 
 @dataclass
-class Run:
+class RunContents:
     """The validated contents of one run directory."""
 
     key: dict               # benchmark, hardware, method, seed (from the path)
@@ -464,7 +456,7 @@ def run_key(run_dir: str | os.PathLike) -> dict:
     return key
 
 
-def read_run(run_dir: str | os.PathLike) -> Run:
+def read_run(run_dir: str | os.PathLike) -> RunContents:
     """Read and check one finished run directory (RunFileError / FileNotFoundError on a problem)."""
     run_dir = Path(run_dir)
     key = run_key(run_dir)
@@ -482,4 +474,4 @@ def read_run(run_dir: str | os.PathLike) -> Run:
     check_steps(step_records, str(paths["steps.jsonl"]))
     evals, steps = [r for _, r in eval_records], [r for _, r in step_records]
     check_summary(summary, evals, steps, key, str(paths["summary.json"]))
-    return Run(key, evals, steps, summary)
+    return RunContents(key, evals, steps, summary)

@@ -250,7 +250,7 @@ def test_the_step_axis_compares_at_equal_steps_in_a_family_of_its_own(tmp_path):
         table[(table["axis"] == "time")]["speedup"].dropna())
     # a study on the clock alone prints no axis column (the paper's studies read as before)
     assert "| axis |" not in analysis.summary_markdown(table[table["axis"] == "time"])
-    with pytest.raises(ValueError, match=r"axis 'tokens' not in \('time', 'step'\)"):
+    with pytest.raises(ValueError, match=r"comparison: axis: 'tokens' is not one of \['time', 'step'\]"):
         analysis.validate_comparison({**pair, "axis": "tokens"})
 
 
@@ -299,10 +299,10 @@ def test_study_file_errors_name_the_file_and_comparison(tmp_path):
     path.write_text(yaml.safe_dump([good]))
     assert analysis.load_study(path) == [good]
     path.write_text(yaml.safe_dump({"comparisons": [good, {**good, "design": "equal_time"}]}))
-    with pytest.raises(ValueError, match=r"study.yaml: comparison 2: design 'equal_time'"):
+    with pytest.raises(ValueError, match=r"study.yaml: comparison 2: design: 'equal_time' is not one of"):
         analysis.load_study(path)
     path.write_text(yaml.safe_dump([{k: v for k, v in good.items() if k != "baseline"}]))
-    with pytest.raises(ValueError, match="comparison 1: missing key.*baseline"):
+    with pytest.raises(ValueError, match="comparison 1: \\(top level\\): 'baseline' is a required property"):
         analysis.load_study(path)
     path.write_text(yaml.safe_dump([{**good, "method": "pods-n16"}]))
     with pytest.raises(ValueError, match="comparison 1: method: method 'pods-n16'"):

@@ -190,3 +190,21 @@ def test_the_graph_sees_lazy_imports_and_the_checks_find_what_they_look_for(tmp_
         "toy.d (None) imports toy.sub.c (shared)",
         "toy.sub.c (shared) imports toy.a (training engine)",
     ]
+
+
+def test_the_study_and_authors_sides_read_runs_without_torch():
+    """Reading runs, checking a study file's rows and drawing are pure data work: `pods analyze`,
+    `pods plot` and `pods paper` start without torch (seconds of import on every call)."""
+    import subprocess
+    import sys
+
+    code = textwrap.dedent("""
+        import sys
+        from pods.study import analysis, calibration, plots, stats, verdict, views  # noqa: F401
+        from pods.paper import cli, figures, importer, release  # noqa: F401
+        analysis.validate_comparison({"benchmark": "arith", "hardware": "cpu", "design": "equal_update",
+                                      "baseline": "grpo-n4-m4", "method": "pods-max_variance-n16-m4"})
+        assert "torch" not in sys.modules, "the study side imported torch"
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr

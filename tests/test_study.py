@@ -319,6 +319,13 @@ def test_dapo_arms_are_named_by_their_method_and_dynamic_sampling_follows_the_na
     assert [(c.baseline, c.method) for c in s.comparisons] == [("dapo-n16-m16", "pods-max_variance-n64-m16")]
     with pytest.raises(StudyError, match=r"comparisons\[0\].methods: 'dapo-n16-m16' is also the baseline"):
         study(comparisons=[{**comparisons[0], "baseline": "dapo-n16-m16"}], seeds=[0])
+    # a method's rule is looked up in the selection registry (the schema spells no rule names),
+    # and a bad one is named with its key before anything runs
+    with pytest.raises(StudyError, match=r"^comparisons\[0\].methods\[1\]: unknown selection rule 'max_varience'; "
+                                         r"choose from .*max_variance"):
+        study(comparisons=[{**comparisons[0], "methods": ["dapo-n16-m16", "pods-max_varience-n64-m16"]}], seeds=[0])
+    with pytest.raises(StudyError, match=r"^comparisons\[0\].baseline: method 'grpo-16' is not of the form"):
+        study(comparisons=[{**comparisons[0], "baseline": "grpo-16"}], seeds=[0])
     # nor can a DAPO arm run under DeepSpeed
     with pytest.raises(StudyError, match=r"dynamic_sampling': runs on one process"):
         study(comparisons=comparisons, seeds=[0], train={"update_engine": "deepspeed"})

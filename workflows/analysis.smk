@@ -11,13 +11,7 @@ rule study_file:
         comparisons=COMPARISONS,
     localrule: True
     run:
-        import os, tempfile
-
-        text = yaml.safe_dump({"comparisons": params.comparisons}, sort_keys=False)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(output[0]) or ".", suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, output[0])
+        atomic_write_text(output[0], yaml.safe_dump({"comparisons": params.comparisons}, sort_keys=False))
 
 
 rule analyze:
@@ -45,7 +39,7 @@ rule analyze:
 # our step efficiency onto the paper's hardware and onto any phase-cost files the study names.
 # The paper's summary is read as it is, not rebuilt: it is a committed reference whose rule
 # (paper_figures) needs the authors' release; after regenerating it, `--forcerun project`.
-PAPER_SUMMARY = config.get("paper_summary")
+PAPER_SUMMARY = config["paper_summary"]
 if PAPER_SUMMARY and not Path(PAPER_SUMMARY).is_file():
     raise ValueError(f"paper_summary: no file {PAPER_SUMMARY} (`snakemake paper_figures` writes it; null: none)")
 # beside the summary they are computed from, so that a study layered over the default (ablations)
@@ -58,7 +52,7 @@ PROJECTION_FIGURES = [f"{FIGURES}/{name}.{ext}" for name in ("decomposition", "p
 rule project:
     input:
         summary=SUMMARY_CSV,
-        costs=config.get("cost_files", []),
+        costs=config["cost_files"],
     params:
         paper=PAPER_SUMMARY,
     output:

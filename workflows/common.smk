@@ -8,8 +8,9 @@ from pathlib import Path
 
 import yaml
 
+from pods.atomic import atomic_write_text
 from pods.training.config import METHOD_PATTERN
-from pods.runs import run_path
+from pods.layout import RUN_KEY, run_path
 from pods.study.model import Study, run_from
 
 STUDY = Study(config, schema=yaml.safe_load(Path(workflow.basedir, "config", "schema.yaml").read_text()))

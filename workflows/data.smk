@@ -9,7 +9,7 @@
 # base model again, and every run records the fingerprint of the base it started from, so runs
 # from different bases are never compared (pods.study.analysis.check_same_start).
 WARMSTART_CODE = [
-    str(Path(workflow.basedir, "pods", name))
+    str(Path(workflow.basedir, "pods", "training", name))
     for name in ("warmstart.py", "models.py", "evaluation.py", "batches.py", "rollout/hf.py", "rollout/base.py", "tasks/__init__.py",
                  "tasks/base.py", "tasks/arith.py")
 ]

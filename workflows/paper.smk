@@ -14,13 +14,14 @@ from pathlib import Path
 import pods.paper.figures
 import pods.paper.release
 
-PAPER_WORK = config.get("paper_work_dir", "resources/paper").rstrip("/")
-PAPER_FIGURES_DIR = f"{config.get('figures_dir', 'figures').rstrip('/')}/paper"
+# the config was validated with the schema's defaults filled in (Snakefile)
+PAPER_WORK = config["paper_work_dir"].rstrip("/")
+PAPER_FIGURES_DIR = f"{config['figures_dir'].rstrip('/')}/paper"
 # The tables (our summary of the authors' settings among them) are small and committed: the default
 # study's decomposition and projection read them on machines without the release.
-PAPER_TABLES_DIR = config.get("paper_tables_dir", "results/paper").rstrip("/")
+PAPER_TABLES_DIR = config["paper_tables_dir"].rstrip("/")
 PAPER_MANIFEST = "config/paper_figures.yaml"
-PAPER_LOCAL = config.get("paper_results_dir")
+PAPER_LOCAL = config["paper_results_dir"]
 PAPER_RELEASE = PAPER_LOCAL.rstrip("/") if PAPER_LOCAL else f"{PAPER_WORK}/release"
 if PAPER_LOCAL and not Path(PAPER_LOCAL).is_dir():
     raise ValueError(f"paper_results_dir: no folder {PAPER_LOCAL}")

@@ -10,14 +10,18 @@
 # Converting takes about two minutes on one core (dequantising the weights, rebuilding the
 # tokenizer from the GGUF vocabulary) and writes ~540 MB of fp32 weights (not in git).
 
-SMOLLM2_DIR = f"{config.get('models_dir', 'models').rstrip('/')}/smollm2/base"
+from pods.study.model import schema_default
+
+# Run on its own (-s workflows/smollm2.smk) no config was validated: the schema's defaults apply.
+SMOLLM2_DIR = f"{config.get('models_dir', schema_default('models_dir')).rstrip('/')}/smollm2/base"
+SMOLLM2_LOGS = f"{config.get('results_dir', schema_default('results_dir')).rstrip('/')}/logs"
 
 
 rule smollm2_model:
     output:
         config=f"{SMOLLM2_DIR}/config.json",
     log:
-        f"{config.get('results_dir', 'results').rstrip('/')}/logs/smollm2_model.log",
+        f"{SMOLLM2_LOGS}/smollm2_model.log",
     threads: 1
     resources:
         mem_mb=4000,

@@ -45,6 +45,6 @@ rule train:
     resources:
         **train_resources(),
     log:
-        f"{LOGS}/train/{{benchmark}}/{{hardware}}/{{method}}/seed{{seed}}.log",
+        run_path(f"{LOGS}/train", **{component: f"{{{component}}}" for component in RUN_KEY}) + ".log",
     shell:
         "{params.cmd} > {log} 2>&1"

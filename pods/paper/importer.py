@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from pods import runs as runfiles
+from pods.layout import RUN_KEY, run_path
 from pods.training.config import method_name, parse_method
 from pods.atomic import atomic_write_text, write_json, write_yaml
 from pods.paper.release import (CLUSTERS, FAMILIES, RELEASE_COMMIT, RELEASE_REPO,
@@ -106,7 +107,7 @@ def import_single_gpu_run(path: Path, base_rows: list[dict], family: Family, rul
     parsed = parse_method(method)
     identity = {"benchmark": family.benchmark, "hardware": SINGLE_GPU_HARDWARE, "method": method,
                 "rule": parsed.rule, "n": n, "m": m, "seed": run}
-    run_dir = Path(runfiles.run_path(str(out / "runs"), **{k: identity[k] for k in runfiles.RUN_KEY}))
+    run_dir = Path(run_path(str(out / "runs"), **{k: identity[k] for k in RUN_KEY}))
     summary = runfiles.build_summary(
         identity, records, [], status="complete", eval_set=family.eval_set, steps=steps,
         train_time_s=float((horizon_index + 1) * family.interval_s), wall_time_s=None,
@@ -252,7 +253,7 @@ def import_cluster(src: Path, name: str, cluster: Cluster, out: Path) -> tuple[l
         config = {"source": summary["source"], "model": cluster.model, "benchmark": "gsm8k",
                   "eval_set": "gsm8k", "metric": ACC_METRIC, "rule": parsed.rule, "n": n, "m": m,
                   "grad_accum": ga, "gpus": 8, "step_unit": "optimiser step inferred from wandb _step"}
-        run_dir = Path(runfiles.run_path(str(out / "runs"), benchmark="gsm8k", hardware=cluster.hardware,
+        run_dir = Path(run_path(str(out / "runs"), benchmark="gsm8k", hardware=cluster.hardware,
                                          method=method, seed=seed))
         _write_run(run_dir, records, summary, config)
         run_dirs.append(run_dir)

@@ -43,6 +43,8 @@ same rows (paper 0.99, isotonic 0.99, equal_time end, ...).
 from __future__ import annotations
 
 import argparse
+import copy
+import functools
 import math
 import os
 from pathlib import Path
@@ -53,11 +55,12 @@ import pandas as pd
 import yaml
 
 from pods import runs as runfiles
+from pods.layout import RUN_GLOB
 from pods.study import stats, verdict
 from pods.atomic import atomic_write_text
 from pods.training.config import parse_method
 from pods.registry import Registry
-from pods.study.model import DESIGNS
+from pods.study.model import load_schema, validate
 from pods.training.timing import STEP_PHASES as PHASES
 
 RUN_KEYS = ["benchmark", "hardware", "method", "seed"]
@@ -84,7 +87,7 @@ def find_runs(root: str | os.PathLike) -> list[Path]:
     if not root.is_dir():
         raise FileNotFoundError(f"runs root {root} does not exist")
     base = root / "runs" if (root / "runs").is_dir() else root
-    runs = sorted(p for p in base.glob("*/*/*/seed*") if p.is_dir())
+    runs = sorted(p for p in base.glob(RUN_GLOB) if p.is_dir())
     if not runs:
         raise FileNotFoundError(f"no run directories ({{benchmark}}/{{hardware}}/{{method}}/seed<k>) under {base}")
     return runs
@@ -361,9 +364,6 @@ def step_time_table(steps: pd.DataFrame, summaries: pd.DataFrame | None = None) 
 # --------------------------------------------------------------------------------------------
 # Studies
 # --------------------------------------------------------------------------------------------
-COMPARISON_KEYS = ("benchmark", "hardware", "design", "baseline", "method")
-
-
 def load_study(path: str | os.PathLike) -> list[dict]:
     """The comparisons of a study file (format in the module docstring), validated."""
     path = Path(path)
@@ -378,21 +378,22 @@ def load_study(path: str | os.PathLike) -> list[dict]:
 
 
 def validate_comparison(comp: Mapping, where: str = "comparison") -> dict:
+    """A study-file row checked once, the way every row is: against the schema's `study_row` (the
+    keys a comparison has and what each holds), then its two methods parsed."""
     if not isinstance(comp, Mapping):
         raise ValueError(f"{where}: expected a mapping")
-    missing = [k for k in COMPARISON_KEYS if k not in comp]
-    if missing:
-        raise ValueError(f"{where}: missing key(s) {', '.join(missing)}")
-    if comp["design"] not in DESIGNS:
-        raise ValueError(f"{where}: design {comp['design']!r} not in {DESIGNS}")
-    if comp.get("axis", verdict.DEFAULT_AXIS) not in AXES:
-        raise ValueError(f"{where}: axis {comp['axis']!r} not in {tuple(AXES)}")
+    row = validate(copy.deepcopy(dict(comp)), _schema(), where, definition="study_row")
     for key in ("baseline", "method"):
         try:
-            parse_method(comp[key])
+            parse_method(row[key])
         except ValueError as exc:
             raise ValueError(f"{where}: {key}: {exc}") from None
-    return dict(comp)
+    return row
+
+
+@functools.cache
+def _schema() -> dict:
+    return load_schema()
 
 
 def select_eval_set(rows: pd.DataFrame, benchmark: str, eval_set: str | None = None) -> pd.DataFrame:

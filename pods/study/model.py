@@ -40,12 +40,13 @@ import yaml
 from pods.training import hub
 from pods.training.config import Method, TrainConfig, parse_method, parse_value, read_config_file, resolve_train_config
 from pods.registry import Registry
-from pods.runs import run_path
+from pods.layout import run_path
 
 # Package data (config/schema.yaml links to it): read through importlib.resources, so an
 # installed wheel has it too.
 SCHEMA = Path(str(resources.files("pods") / "data" / "schema.yaml"))
-DESIGNS = ("equal_update", "equal_generation")
+# the designs a comparison may have, as the schema's enum spells them (docs/paper.md 2.1.6 and 2.2)
+DESIGNS = tuple(yaml.safe_load(SCHEMA.read_text())["definitions"]["comparison"]["properties"]["design"]["enum"])
 # Comparison keys that only the analysis reads (the study-file format of pods.study.analysis).
 ANALYSIS_KEYS = ("grid_s", "t_max_s", "eval_set", "align", "target_accuracy", "axis")
 # Comparison names with a figure of their own (pods.study.plots): `main` (accuracy per design) and the
@@ -65,6 +66,11 @@ class StudyError(ValueError):
 # ---------------------------------------------------------------------------------------------
 def load_schema(path: str | Path = SCHEMA) -> dict:
     return yaml.safe_load(Path(path).read_text())
+
+
+def schema_default(key: str) -> Any:
+    """The schema's default of a top-level study key (for a workflow file run without the Snakefile)."""
+    return load_schema()["properties"][key]["default"]
 
 
 def _with_defaults(validator_class):
@@ -341,12 +347,19 @@ class Study:
 
     # ---- expansion
     def _expand(self) -> list[Comparison]:
+        from pods.selection import SELECTION_RULES  # torch: the study's runs are resolved, not just read
+
         rows = []
         for i, comp in enumerate(self.config["comparisons"]):
             where = f"comparisons[{i}]"
             if comp["baseline"] in comp["methods"]:
                 raise StudyError(f"{where}.methods: {comp['baseline']!r} is also the baseline; a run is not "
                                  f"compared with itself")
+            for key, method in [("baseline", comp["baseline"]), *((f"methods[{j}]", m) for j, m in enumerate(comp["methods"]))]:
+                try:  # the form here, the rule in the selection registry (the schema spells no rule names)
+                    SELECTION_RULES[parse_method(method).rule]
+                except ValueError as exc:
+                    raise StudyError(f"{where}.{key}: {exc}") from None
             seeds = comp.get("seeds", self.config["seeds"])
             seeds = tuple(range(seeds)) if isinstance(seeds, int) else tuple(seeds)  # a count N: 0 .. N-1
             for label in comp["benchmarks"]:

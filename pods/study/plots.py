@@ -30,7 +30,7 @@ import pandas as pd  # noqa: E402
 
 from pods.study import analysis, stats, verdict  # noqa: E402
 from pods.training.config import parse_method  # noqa: E402
-from pods.study.model import PLOT_KINDS  # noqa: E402
+from pods.study.model import DESIGNS, PLOT_KINDS  # noqa: E402
 
 # Paul Tol's colours as the paper uses them, softened the same way; GRPO first (red)
 PALETTE = ["#BB0011", "#1166CC", "#00AA55", "#EE6611", "#AA4499", "#44AA99", "#777777"]
@@ -557,7 +557,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--study", help="study YAML (pods.study.analysis) naming the comparisons to draw")
     p.add_argument("--benchmark")
     p.add_argument("--hardware")
-    p.add_argument("--design", choices=analysis.DESIGNS, help="for `accuracy`: which design's comparisons")
+    p.add_argument("--design", choices=DESIGNS, help="for `accuracy`: which design's comparisons")
     p.add_argument("--align", default=None, choices=sorted(analysis.ALIGNERS),
                    help="how each seed's evaluations are read off the common time grid "
                         f"(default: the comparison's `align`, else {analysis.DEFAULT_ALIGN})")

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
+from pods.layout import RUN_LAYOUT
+
 
 class Method(NamedTuple):
     """What a run's `method` path component encodes."""
@@ -105,7 +107,7 @@ class TrainConfig:
                           "or a hub id, read through the hub cache (`pods fetch <id>` fetches it once)."},
     )
     run_dir: str = field(
-        default="results/local/runs/{benchmark}/{hardware}/{method}/seed{seed}",
+        default=f"results/local/runs/{RUN_LAYOUT}",
         metadata={"help": "Output folder; `{benchmark}`, `{hardware}`, `{method}`, `{seed}` are filled in. The "
                           "default is git-ignored, away from the committed study (the workflow sets its own)."},
     )
