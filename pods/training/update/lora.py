@@ -2,7 +2,7 @@
 
 The paper's single-GPU setting (docs/paper.md 2.1.3): rank 64, alpha 64 on every attention and MLP
 projection, a 4-bit base (QLoRA-style, bitsandbytes) and 8-bit AdamW. bitsandbytes >= 0.50 runs
-both on a CPU as well (tests/test_bnb.py runs the l40s-lora recipe there and lists which of its
+both on a CPU as well (tests/training/test_bnb.py runs the l40s-lora recipe there and lists which of its
 operations use a CPU kernel and which a generic torch fallback). The reference policy is the
 same model with the adapter disabled, so a KL term (beta > 0, the Llama runs) costs no second copy
 of the weights. Checkpoints hold the adapter and the optimiser only: the base never changes.

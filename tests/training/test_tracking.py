@@ -120,7 +120,7 @@ def test_trackio_local_project_holds_the_same_points_and_resume_continues_the_ru
     script = tmp_path / "child.py"
     script.write_text(textwrap.dedent(f"""
         import sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
         import pods.training.tasks
         from helpers import FirstDigit, config
         from pods.training.trainer import train

@@ -1,7 +1,7 @@
 """The workflow on a real SLURM cluster: the one-node test cluster of scripts/slurm_test_cluster.sh.
 
 Runs only while such a cluster answers (CI's `slurm` stage starts one; by hand:
-`bash scripts/slurm_test_cluster.sh start`, then `pytest -m slurm -s tests/test_slurm.py`, then
+`bash scripts/slurm_test_cluster.sh start`, then `pytest -m slurm -s tests/workflow/test_slurm.py`, then
 `... stop`); elsewhere the tests are skipped, saying so. The smoke study goes through
 `--workflow-profile profiles/slurm` with the settings such a cluster needs (no accounting
 database: `--slurm-no-account --slurm-status-command squeue`; its partition). Checked:
@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PARTITION = os.environ.get("SLURM_TEST_PARTITION", "podstest")
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pods.training import hub
 from pods.training.config import TrainConfig, load_train_config, parse_method
 from pods.study.model import LAUNCHERS, Run, Study, StudyError, load_study_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHIPPED = ["config/smoke.yaml", "config/ablations.yaml", "config/decide.yaml", "config/large.yaml",
            "config/paper.yaml", "config/smollm2.yaml"]
 
@@ -253,11 +254,9 @@ def test_the_committed_runs_are_what_the_study_resolves_now(layer):
     """Each committed run's config.yaml (what its trainer ran with) equals the config the shipped
     study gives it: a change to a defaults file, profile or study that would train them otherwise
     fails here, and the runs must be regenerated."""
-    from pods.training.tracking import REPORTING_KEYS
-
     # keys added after these runs were trained whose defaults leave training as it was: where a run
     # reports, and DAPO's dynamic sampling (off unless the method is `dapo-...`)
-    added = {*REPORTING_KEYS, "dynamic_sampling", "max_generation_rounds"}
+    added = {"report_to", "dynamic_sampling", "max_generation_rounds"}
     fields = TrainConfig.__dataclass_fields__
     s = study(*([layer] if layer else []))
     for run in s.runs:
@@ -329,3 +328,31 @@ def test_dapo_arms_are_named_by_their_method_and_dynamic_sampling_follows_the_na
     # nor can a DAPO arm run under DeepSpeed
     with pytest.raises(StudyError, match=r"dynamic_sampling': runs on one process"):
         study(comparisons=comparisons, seeds=[0], train={"update_engine": "deepspeed"})
+
+
+# --------------------------------------------------------------------------------------------
+# Hub ids: a study turns every hub id its runs read into one fetch job
+# --------------------------------------------------------------------------------------------
+QWEN = "Qwen/Qwen2.5-3B-Instruct"
+
+
+def test_the_paper_study_fetches_each_hub_id_once_and_its_runs_read_the_folders(tmp_path):
+    config = load_study_config("config/config.yaml", "config/paper.yaml",
+                               overrides={"models_dir": str(tmp_path / "models")})
+    study = Study(config)
+    fetches = study.hub_fetches()
+    assert sorted(fetches) == sorted([
+        ("model", "Qwen/Qwen2.5-3B-Instruct"), ("model", "meta-llama/Llama-3.2-3B-Instruct"),
+        ("model", "Qwen/Qwen2.5-7B-Instruct"), ("dataset", "openai/gsm8k"),
+        ("dataset", "EleutherAI/hendrycks_math"), ("dataset", "HuggingFaceH4/MATH-500")])
+    pins = yaml.safe_load(open("config/paper.yaml"))["hub_revisions"]
+    assert study.hub_fetch_command("model", QWEN).endswith(f"--revision {pins[QWEN]}")
+    math = next(run for run in study.runs if run.benchmark == "math")
+    cfg = study.train_configs[math]
+    assert cfg.base_model == study.hub_folder("model", QWEN)
+    assert cfg.task_options == {"filter_tokenizer": study.hub_folder("model", QWEN), "max_prompt_tokens": 512,
+                                "source": study.hub_folder("dataset", "EleutherAI/hendrycks_math"),
+                                "test_source": study.hub_folder("dataset", "HuggingFaceH4/MATH-500")}
+    assert study.base_model_marker("math") == study.hub_marker("model", QWEN)
+    assert not any(hub.is_hub_id(v) for run in study.runs for v in study.train_overrides(run).values()
+                   if isinstance(v, str))

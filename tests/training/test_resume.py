@@ -13,7 +13,7 @@ import pytest
 from helpers import FirstDigit
 from pods.runs import RunFileError, append_jsonl, read_jsonl, truncate_jsonl
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).resolve().parents[1]  # the tests folder (helpers.py, conftest.py)
 
 # The run is driven through the real CLI in a child process, with the toy task of helpers.py.
 SCRIPT = textwrap.dedent(

@@ -22,7 +22,7 @@ import yaml
 
 import hub_cache
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 # What a CPU needs instead of the cluster's: the device and engines (no CUDA, vLLM, bitsandbytes

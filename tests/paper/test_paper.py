@@ -31,7 +31,7 @@ from pods.paper import figures, importer, release
 from pods.cli import main as pods_main
 from pods.runs import read_jsonl
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RELEASE = Path(os.environ.get("PODS_PAPER_RESULTS", ROOT.parent / "shared" / "paper-results"))
 _spec = importlib.util.spec_from_file_location("make_fixtures", ROOT / "tests/fixtures/paper/make_fixtures.py")
 make_fixtures = importlib.util.module_from_spec(_spec)

@@ -1,16 +1,14 @@
 """Hub ids: fetched once into a folder that records its commit, resolved offline from the cache,
-refused in one line when the cache lacks them; a study turns every hub id into a fetch job."""
+refused in one line when the cache lacks them (a study's fetch jobs: tests/study/test_study.py)."""
 from __future__ import annotations
 
 import json
 
 import pytest
-import yaml
 
 import hub_cache
 from pods.training import hub
 from pods.cli import main as pods_main
-from pods.study.model import Study, load_study_config
 
 QWEN = "Qwen/Qwen2.5-3B-Instruct"
 
@@ -59,25 +57,3 @@ def test_a_hub_id_base_model_resolves_through_the_cache(cache):
     assert cfg.model_path() == cache / f"models--{QWEN.replace('/', '--')}/snapshots/{hub_cache._commit(QWEN)}"
     assert hub.is_hub_id(QWEN) and not hub.is_hub_id("models/arith/base") and not hub.is_hub_id("./a/b")
     assert not hub.is_hub_id("/abs/path") and not hub.is_hub_id(None)
-
-
-def test_the_paper_study_fetches_each_hub_id_once_and_its_runs_read_the_folders(tmp_path):
-    config = load_study_config("config/config.yaml", "config/paper.yaml",
-                               overrides={"models_dir": str(tmp_path / "models")})
-    study = Study(config)
-    fetches = study.hub_fetches()
-    assert sorted(fetches) == sorted([
-        ("model", "Qwen/Qwen2.5-3B-Instruct"), ("model", "meta-llama/Llama-3.2-3B-Instruct"),
-        ("model", "Qwen/Qwen2.5-7B-Instruct"), ("dataset", "openai/gsm8k"),
-        ("dataset", "EleutherAI/hendrycks_math"), ("dataset", "HuggingFaceH4/MATH-500")])
-    pins = yaml.safe_load(open("config/paper.yaml"))["hub_revisions"]
-    assert study.hub_fetch_command("model", QWEN).endswith(f"--revision {pins[QWEN]}")
-    math = next(run for run in study.runs if run.benchmark == "math")
-    cfg = study.train_configs[math]
-    assert cfg.base_model == study.hub_folder("model", QWEN)
-    assert cfg.task_options == {"filter_tokenizer": study.hub_folder("model", QWEN), "max_prompt_tokens": 512,
-                                "source": study.hub_folder("dataset", "EleutherAI/hendrycks_math"),
-                                "test_source": study.hub_folder("dataset", "HuggingFaceH4/MATH-500")}
-    assert study.base_model_marker("math") == study.hub_marker("model", QWEN)
-    assert not any(hub.is_hub_id(v) for run in study.runs for v in study.train_overrides(run).values()
-                   if isinstance(v, str))

@@ -18,7 +18,7 @@ from pods.study import analysis
 from pods import cli, runs
 from pods.runs import read_jsonl
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).resolve().parents[1]  # the tests folder (helpers.py, conftest.py)
 REPO = TESTS.parent
 COMMITTED = REPO / "results"
 COMMITTED_RUN = COMMITTED / "runs" / "arith" / "cpu" / "grpo-n16-m16" / "seed0"

@@ -4,7 +4,7 @@ The recipe (config/hardware/l40s-lora.yaml, pods/training/update/lora.py): the b
 NF4 (double-quantised, bf16 compute) under a peft LoRA adapter of rank 64 on every projection,
 bitsandbytes' 8-bit AdamW, bf16, gradient checkpointing, the reference being the same model with
 the adapter disabled. On a CPU the rollouts come from the `hf` engine instead of vLLM (that one is
-tested in its own environment, tests/test_vllm_engine.py).
+tested in its own environment, tests/training/test_vllm_engine.py).
 
 `test_which_bitsandbytes_kernels_ran` prints which bitsandbytes operations ran on a CPU kernel of
 bitsandbytes and which on its generic torch fallback (run pytest with -s to see it).
@@ -39,7 +39,7 @@ CPU_OVERRIDES = dict(device="cpu", rollout_engine="hf", num_threads=1)
 def recipe(**extra) -> dict:
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / REPO_RECIPE
+    path = Path(__file__).resolve().parents[2] / REPO_RECIPE
     return {**yaml.safe_load(path.read_text())["train"], **CPU_OVERRIDES, **extra}
 
 

@@ -23,9 +23,9 @@ from packaging.specifiers import SpecifierSet  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
+from helpers import char_tokenizer, save_tiny_base  # noqa: E402
 from pods.grpo import kept_advantages  # noqa: E402
 from pods.integrations.trl import TESTED_TRL, PODSGRPOConfig, PODSGRPOTrainer  # noqa: E402
-from pods.training.models import build_char_tokenizer, build_tiny_policy  # noqa: E402
 from pods.selection import select  # noqa: E402
 
 torch.set_num_threads(1)
@@ -36,11 +36,7 @@ PROMPTS = ["ab?", "cdef?", "g?", "hij?"]
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     """A saved tiny policy: TRL builds its reference model from the policy's path when beta != 0."""
-    path = tmp_path_factory.mktemp("tiny")
-    tok = build_char_tokenizer()
-    build_tiny_policy(tok, n_layer=1, d_model=32, n_head=2, max_len=64).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    return save_tiny_base(tmp_path_factory.mktemp("tiny"), n_layer=1, d_model=32, n_head=2, max_len=64)
 
 
 class RecordingReward:
@@ -74,7 +70,7 @@ def make_trainer(base, tmp_path, cls=PODSGRPOTrainer, reward=None, dataset=None,
     return cls(
         model=str(base), reward_funcs=[reward or RecordingReward()], args=config,
         train_dataset=dataset or Dataset.from_dict({"prompt": PROMPTS * 4}),
-        processing_class=build_char_tokenizer(), **(trainer_kwargs or {}),
+        processing_class=char_tokenizer(), **(trainer_kwargs or {}),
     )
 
 
@@ -312,7 +308,7 @@ def test_trainer_errors_name_the_problem(base, tmp_path):
 
 def test_example_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the example's output_dir
-    runpy.run_path(str(Path(__file__).parents[1] / "examples" / "trl_pods.py"), run_name="__main__")
+    runpy.run_path(str(Path(__file__).parents[2] / "examples" / "trl_pods.py"), run_name="__main__")
     steps = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
     assert len(steps) == 5 and all("of the 4 kept" in line for line in steps)
 
@@ -330,7 +326,7 @@ def test_trl_internals_relied_on_are_unchanged():
     """Fails when a TRL upgrade moves what PODSGRPOTrainer builds on; then re-read TRL's GRPOTrainer and re-pin."""
     import tomllib  # Python 3.11+, as TRL
 
-    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     pins = [r for r in pyproject["project"]["optional-dependencies"]["trl"] if re.match(r"trl\b", r)]
     assert [SpecifierSet(re.sub(r"^trl|;.*$", "", pin)) for pin in pins] == [TESTED_TRL], "extra and TESTED_TRL differ"
     assert trl.__version__ in TESTED_TRL, f"installed trl {trl.__version__} is outside the tested trl{TESTED_TRL}"

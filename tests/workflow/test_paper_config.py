@@ -16,7 +16,7 @@ from pods.training.update import UPDATE_ENGINES
 from pods.training.update.deepspeed_engine import DeepSpeedOptions
 from pods.training.update.lora import LoraOptions
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GPU_PROFILES = ["l40s-lora", "h100x8-zero2", "a100x8-zero2", "multinode"]
 # what each train key may be: a TrainConfig field or an engine option read by name
 KNOWN_KEYS = {f.name for cls in (TrainConfig, LoraOptions, DeepSpeedOptions, VLLMOptions) for f in dataclasses.fields(cls)}

