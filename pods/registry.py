@@ -1,7 +1,8 @@
 """One registry helper for every name -> object table of the package (rules, engines, tasks...)."""
 from __future__ import annotations
 
-from typing import Callable, Generic, Iterator, TypeVar
+import importlib
+from typing import Callable, Generic, Iterator, NamedTuple, TypeVar
 
 T = TypeVar("T")
 
@@ -57,3 +58,18 @@ class Registry(Generic[T]):
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}: {', '.join(self._entries)})"
+
+
+class EngineEntry(NamedTuple):
+    """A registered engine as import paths (rollout and update engines): checking a config's options
+    imports the option view only, never the engine and its libraries (a study resolves every run's
+    config when it is read)."""
+
+    engine: str                 # "module:Class" of the engine
+    options: str | None = None  # "module:Class" of its option view; None: it reads no field of its own
+
+
+def load(path: str):
+    """The object at "module:name"."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)

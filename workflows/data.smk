@@ -10,8 +10,8 @@
 # from different bases are never compared (pods.study.analysis.check_same_start).
 WARMSTART_CODE = [
     str(Path(workflow.basedir, "pods", "training", name))
-    for name in ("warmstart.py", "models.py", "evaluation.py", "batches.py", "rollout/hf.py", "rollout/base.py", "tasks/__init__.py",
-                 "tasks/base.py", "tasks/arith.py")
+    for name in ("warmstart.py", "warmstart_config.py", "models.py", "evaluation.py", "batches.py", "rollout/hf.py",
+                 "rollout/base.py", "tasks/__init__.py", "tasks/base.py", "tasks/arith.py")
 ]
 
 

@@ -39,6 +39,7 @@ import yaml
 
 from pods.training import hub
 from pods.training.config import Method, TrainConfig, parse_method, parse_value, read_config_file, resolve_train_config
+from pods.training.warmstart_config import load_warmstart_config
 from pods.registry import Registry
 from pods.layout import run_path
 
@@ -486,10 +487,8 @@ class Study:
 
     def warmstart_config(self, label: str):
         """The benchmark's WarmStartConfig as `pods warmstart` will resolve it from its command."""
-        from pods.training.warmstart import load_config
-
         try:
-            return load_config(self.config["warmstart"].get("config"), format_overrides(self.warmstart_overrides(label)))
+            return load_warmstart_config(self.config["warmstart"].get("config"), format_overrides(self.warmstart_overrides(label)))
         except (ValueError, FileNotFoundError) as exc:
             raise StudyError(f"the warm start of benchmark {label!r} (warmstart.overrides, "
                              f"benchmarks.{label}.warmstart): {exc}") from None

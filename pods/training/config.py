@@ -349,12 +349,11 @@ class TrainConfig:
         choice("loss_agg", LOSS_AGGREGATIONS)
         choice("rollout_engine", ROLLOUT_ENGINES)
         choice("update_engine", UPDATE_ENGINES)
-        from pods.training.rollout import rollout_engine_class
-        from pods.training.update import update_engine_class
+        from pods.registry import load
 
-        for engine in (rollout_engine_class(self.rollout_engine), update_engine_class(self.update_engine)):
-            if engine.Options is not None:  # the engine's own checks, now rather than after the model loads
-                engine.Options.from_config(self)
+        for entry in (ROLLOUT_ENGINES[self.rollout_engine], UPDATE_ENGINES[self.update_engine]):
+            if entry.options is not None:  # the engine's own checks, now rather than after the model loads
+                load(entry.options).from_config(self)
         from pods.training.tasks import task_class
 
         need(self.seed >= 0, "seed", "must be >= 0")

@@ -356,3 +356,17 @@ def test_the_paper_study_fetches_each_hub_id_once_and_its_runs_read_the_folders(
     assert study.base_model_marker("math") == study.hub_marker("model", QWEN)
     assert not any(hub.is_hub_id(v) for run in study.runs for v in study.train_overrides(run).values()
                    if isinstance(v, str))
+
+
+def test_reading_the_default_study_imports_no_model_library():
+    """Snakemake parses the workflow (and so reads the study) in every job, on every node: checking
+    each run's config loads the engines' option views and the tasks, never transformers or peft."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom pods.study.model import Study, load_study_config\n"
+            "study = Study(load_study_config('config/config.yaml'))\nassert study.runs\n"
+            "print(sorted(m for m in ('transformers', 'peft', 'datasets', 'deepspeed', 'vllm') if m in sys.modules))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

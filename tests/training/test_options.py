@@ -42,3 +42,20 @@ def test_a_view_names_only_config_fields_with_their_types():
 
     assert Rank.from_config(TrainConfig(lora_rank=8)).lora_rank == 8
     assert Rank().lora_rank == TrainConfig().lora_rank
+
+
+def test_every_registered_engine_names_a_loadable_engine_and_option_view():
+    from pods.registry import load
+    from pods.training.options import EngineOptions
+    from pods.training.rollout import ROLLOUT_ENGINES, RolloutEngine
+    from pods.training.update import UPDATE_ENGINES, UpdateEngine
+
+    for registry, base in ((ROLLOUT_ENGINES, RolloutEngine), (UPDATE_ENGINES, UpdateEngine)):
+        for name, entry in registry.items():
+            assert issubclass(load(entry.engine), base), name
+            assert entry.options is None or issubclass(load(entry.options), EngineOptions), name
+    # the views the engines read are the registered ones
+    entries = {**dict(ROLLOUT_ENGINES.items()), **dict(UPDATE_ENGINES.items())}
+    assert {name: entry.options for name, entry in entries.items() if entry.options} == {
+        "vllm": "pods.training.rollout.vllm:VLLMOptions", "lora": "pods.training.update.lora:LoraOptions",
+        "deepspeed": "pods.training.update.deepspeed_engine:DeepSpeedOptions"}

@@ -2,21 +2,20 @@
 (vLLM) is imported only by the runs that use it."""
 from __future__ import annotations
 
-import importlib
-
 from pods.training.batches import Rollouts
-from pods.registry import Registry
+from pods.registry import EngineEntry, Registry, load
 from pods.training.rollout.base import RolloutEngine, encode_prompts
 
-ROLLOUT_ENGINES: Registry[str] = Registry("rollout_engine")
-ROLLOUT_ENGINES.add("hf", "pods.training.rollout.hf:HFRolloutEngine")  # CPU/GPU, KV cache, each prompt prefilled once
+ROLLOUT_ENGINES: Registry[EngineEntry] = Registry("rollout_engine")
+# CPU/GPU, KV cache, each prompt prefilled once
+ROLLOUT_ENGINES.add("hf", EngineEntry("pods.training.rollout.hf:HFRolloutEngine"))
 # CUDA, in-process vLLM colocated with training; weights (or the LoRA adapter) pushed after each update
-ROLLOUT_ENGINES.add("vllm", "pods.training.rollout.vllm:VLLMRolloutEngine")
+ROLLOUT_ENGINES.add("vllm", EngineEntry("pods.training.rollout.vllm:VLLMRolloutEngine",
+                                        options="pods.training.rollout.vllm:VLLMOptions"))
 
 
 def rollout_engine_class(name: str) -> type[RolloutEngine]:
-    module, _, cls = ROLLOUT_ENGINES[name].partition(":")
-    return getattr(importlib.import_module(module), cls)
+    return load(ROLLOUT_ENGINES[name].engine)
 
 
 def make_rollout_engine(name: str, *, model, tokenizer, config) -> RolloutEngine:

@@ -16,9 +16,6 @@ from pods.training.batches import Rollouts  # noqa: F401  (the record `generate`
 class RolloutEngine(ABC):
     """Batched sampling from the current policy."""
 
-    #: the engine's option view (pods.training.options), validated with the config; None: no options of its own
-    Options = None
-
     @abstractmethod
     def generate(
         self,

@@ -104,7 +104,6 @@ class VLLMRolloutEngine(RolloutEngine):
         config: a TrainConfig (`base_model`, `seed`, `max_new_tokens`) plus the `VLLMOptions` fields.
     """
 
-    Options = VLLMOptions  # checked when the config is (pods.training.config.TrainConfig.validate)
 
     def __init__(self, *, model, tokenizer, config):
         vllm = import_vllm()

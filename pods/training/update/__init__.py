@@ -2,22 +2,23 @@
 (DeepSpeed) is imported only by the runs that use it."""
 from __future__ import annotations
 
-import importlib
-
 from pods.training.batches import UpdateBatch
-from pods.registry import Registry
+from pods.registry import EngineEntry, Registry, load
 from pods.training.update.base import UpdateEngine
 
-UPDATE_ENGINES: Registry[str] = Registry("update_engine")
-UPDATE_ENGINES.add("torch", "pods.training.update.torch_engine:TorchUpdateEngine")  # one device, AdamW
+UPDATE_ENGINES: Registry[EngineEntry] = Registry("update_engine")
+# one device, AdamW
+UPDATE_ENGINES.add("torch", EngineEntry("pods.training.update.torch_engine:TorchUpdateEngine"))
 # the torch engine training a peft LoRA adapter (on a 4-bit base optionally)
-UPDATE_ENGINES.add("lora", "pods.training.update.lora:LoraUpdateEngine")
-UPDATE_ENGINES.add("deepspeed", "pods.training.update.deepspeed_engine:DeepSpeedUpdateEngine")  # ZeRO-1/2/3, one process per device
+UPDATE_ENGINES.add("lora", EngineEntry("pods.training.update.lora:LoraUpdateEngine",
+                                       options="pods.training.update.lora:LoraOptions"))
+# ZeRO-1/2/3, one process per device
+UPDATE_ENGINES.add("deepspeed", EngineEntry("pods.training.update.deepspeed_engine:DeepSpeedUpdateEngine",
+                                            options="pods.training.update.deepspeed_engine:DeepSpeedOptions"))
 
 
 def update_engine_class(name: str) -> type[UpdateEngine]:
-    module, _, cls = UPDATE_ENGINES[name].partition(":")
-    return getattr(importlib.import_module(module), cls)
+    return load(UPDATE_ENGINES[name].engine)
 
 
 def make_update_engine(name: str, *, model, config) -> UpdateEngine:

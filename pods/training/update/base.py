@@ -18,9 +18,6 @@ from pods.training.batches import UpdateBatch  # noqa: F401  (what `step` takes,
 class UpdateEngine(ABC):
     """Owns the trained model and its optimiser; one `step` is one optimiser step."""
 
-    #: the engine's option view (pods.training.options), validated with the config; None: no options of its own
-    Options = None
-
     #: the model the rollout engine samples from (the same object for the hf engine)
     policy: torch.nn.Module
 

@@ -87,7 +87,6 @@ class DeepSpeedUpdateEngine(UpdateEngine):
             fields of `DeepSpeedOptions`.
     """
 
-    Options = DeepSpeedOptions  # checked when the config is (pods.training.config.TrainConfig.validate)
 
     def __init__(self, *, model, config):
         deepspeed = import_deepspeed()

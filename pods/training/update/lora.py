@@ -91,7 +91,6 @@ class LoraUpdateEngine(TorchUpdateEngine):
         config: a TrainConfig; the fields of `LoraOptions` choose the adapter and the optimiser.
     """
 
-    Options = LoraOptions  # checked when the config is (pods.training.config.TrainConfig.validate)
 
     def __init__(self, *, model, config):
         self.options = LoraOptions.from_config(config)
