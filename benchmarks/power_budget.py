@@ -17,6 +17,8 @@ import pandas as pd
 
 from pods.study import analysis, calibration, verdict
 
+from pods.study.curves import load_runs
+
 SPLITS = ((4, 240.0), (5, 195.0), (6, 165.0), (8, 120.0))
 
 
@@ -28,7 +30,7 @@ def main() -> None:
     p.add_argument("--boot", type=int, default=200)
     args = p.parse_args()
     study = analysis.load_study(args.study)
-    evals = analysis.load_runs(args.runs).evals
+    evals = load_runs(args.runs).evals
     alpha = 0.05 / len(study)
     rng = np.random.default_rng(0)
     rows = []

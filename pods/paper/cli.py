@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from pods.study import analysis
+from pods.study.tables import to_markdown
 from pods.atomic import atomic_write_text
 from pods.paper.figures import PAPER_FIGURES, build_paper_outputs
 from pods.paper.importer import import_release
@@ -48,7 +48,7 @@ def _cmd_figures(args) -> int:
     print(f"figures: {', '.join(result['figures'])}")
     if result["missing"]:
         print(f"missing (runs not imported): {', '.join(result['missing'])}")
-    print(analysis.to_markdown(result["speedups"]), end="")
+    print(to_markdown(result["speedups"]), end="")
     return 0
 
 

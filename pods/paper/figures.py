@@ -11,6 +11,10 @@ import numpy as np
 import pandas as pd
 
 from pods.study import analysis, plots, verdict
+
+from pods.study.curves import load_runs, mean_curve, regular_grid, time_to_target
+
+from pods.study.tables import summary_markdown, write_csv
 from pods.training.config import parse_method
 from pods.atomic import atomic_write_text
 from pods.paper.release import setting_method, setting_prefix
@@ -111,13 +115,13 @@ def _arm(evals: pd.DataFrame, fig: PaperFigure, method: str) -> pd.DataFrame:
 
 def figure_curves(evals: pd.DataFrame, fig: PaperFigure, value: str = "accuracy") -> dict[str, pd.DataFrame] | None:
     """method -> mean curve on the figure's grid; None when any arm has no runs."""
-    grid = analysis.regular_grid(fig.grid_s, fig.horizon_s)
+    grid = regular_grid(fig.grid_s, fig.horizon_s)
     curves = {}
     for method in fig.methods:
         arm = _arm(evals, fig, method)
         if arm.empty:
             return None
-        curves[method] = analysis.mean_curve(arm, grid, how="nearest", value=value)
+        curves[method] = mean_curve(arm, grid, how="nearest", value=value)
     return curves
 
 
@@ -218,7 +222,7 @@ def ablation_table(evals: pd.DataFrame, summaries: pd.DataFrame) -> pd.DataFrame
         base = target_curves[target_fig.methods[0]]
         bars = paper_step_times(evals, summaries, fig)
         for method, curve in curves.items():
-            tt = analysis.time_to_target(base, curve, ABLATION_TARGET[1])
+            tt = time_to_target(base, curve, ABLATION_TARGET[1])
             later = curve["t"] > 0
             runs = summaries[(summaries["benchmark"] == fig.benchmark) & (summaries["hardware"] == fig.hardware)
                              & (summaries["method"] == method)]
@@ -244,7 +248,7 @@ def build_paper_outputs(runs_root: str | os.PathLike, out_dir: str | os.PathLike
     whose runs are absent is an error, an unrequested one is reported missing in the tables.
     """
     out_dir = Path(out_dir)
-    evals, _, summaries = analysis.load_runs(runs_root)
+    evals, _, summaries = load_runs(runs_root)
     drawn, missing, curve_rows = [], [], []
     requested = list(PAPER_FIGURES if names is None else names)
     for name in requested:
@@ -281,15 +285,15 @@ def build_paper_outputs(runs_root: str | os.PathLike, out_dir: str | os.PathLike
     speedups = speedup_table(summary)
     ablations = ablation_table(evals, summaries)
     tables = Path(tables_dir or out_dir)
-    analysis.write_csv(summary, tables / "summary.csv")
-    atomic_write_text(tables / "summary.md", analysis.summary_markdown(summary) if len(summary) else "")
-    analysis.write_csv(speedups, tables / "speedups.csv")
-    analysis.write_csv(ablations, tables / "ablations.csv")
+    write_csv(summary, tables / "summary.csv")
+    atomic_write_text(tables / "summary.md", summary_markdown(summary) if len(summary) else "")
+    write_csv(speedups, tables / "speedups.csv")
+    write_csv(ablations, tables / "ablations.csv")
     curves_table = pd.concat(curve_rows, ignore_index=True) if curve_rows else pd.DataFrame()
     front = ["figure", "method", "value"]
     if not curves_table.empty:
         curves_table = curves_table[front + [c for c in curves_table.columns if c not in front]]
-    analysis.write_csv(curves_table, tables / "curves.csv")
+    write_csv(curves_table, tables / "curves.csv")
     return {"figures": drawn, "missing": missing, "speedups": speedups, "ablations": ablations, "summary": summary}
 
 

@@ -1,6 +1,6 @@
 """Every figure, from run metrics only (evals.jsonl, steps.jsonl, summary.json), as PNG + PDF.
 
-The figure functions take mean curves from `pods.study.analysis.mean_curve` (columns t, mean, lo, hi)
+The figure functions take mean curves from `pods.study.curves.mean_curve` (columns t, mean, lo, hi)
 keyed by legend label, so the paper's figures (`pods.paper`) and our own runs share them.
 `pods plot KIND --runs DIR --study FILE --benchmark B --hardware H [--design D] --out STEM` draws
 one figure of a study (KIND: accuracy, n_scaling, m_scaling, rule, length, step_time; what each
@@ -29,6 +29,10 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from pods.study import analysis, stats, verdict  # noqa: E402
+
+from pods.study.curves import ALIGNERS, DEFAULT_ALIGN, RUN_KEYS, check_columns, default_grid, isotonic_fit, load_runs, mean_curve  # noqa: E402
+
+from pods.study.tables import _fmt  # noqa: E402
 from pods.training.config import parse_method  # noqa: E402
 from pods.study.model import DESIGNS, PLOT_KINDS  # noqa: E402
 
@@ -93,7 +97,7 @@ def target_panel(ax, marks: Sequence[Mapping], time_scale: float, percent: bool,
         # while the baseline still rises at T its "peak" is only its level at T: say so
         caveat = " (no peak within T: the baseline's level at T)" if mark.get("rising") else ""
         ax.axhline(y, color="#555555", linestyle=linestyle, linewidth=1,
-                   label=f"target, {mark['rule']} rule: {analysis._fmt(mark['target'])}{caveat}")
+                   label=f"target, {mark['rule']} rule: {_fmt(mark['target'])}{caveat}")
         for i, (label, t) in enumerate(mark["crossings"].items()):
             color = soften((colors or {}).get(label, PALETTE[i % len(PALETTE)]))
             fit = mark.get("fits", {}).get(label)
@@ -103,7 +107,7 @@ def target_panel(ax, marks: Sequence[Mapping], time_scale: float, percent: bool,
                 continue
             ax.plot([t / time_scale], [y], marker=marker, color=color, markeredgecolor="black", markersize=9,
                     linestyle="none")
-            ax.annotate(f"{analysis._fmt(t)} s", (t / time_scale, y), textcoords="offset points",
+            ax.annotate(f"{_fmt(t)} s", (t / time_scale, y), textcoords="offset points",
                         xytext=(4, 6 if mark["rule"] == "paper" else -14), fontsize=9)
     ax.legend(loc="best", fontsize=9)
 
@@ -150,8 +154,8 @@ def curve_figure(curves: Mapping[str, pd.DataFrame], stem: str | os.PathLike, xl
 
 def phase_table(steps: pd.DataFrame) -> pd.DataFrame:
     """Per method: mean seconds per step in generation, update and everything else."""
-    analysis.check_columns(steps, ["method", "step_s", "generate_s", "update_s"], "steps")
-    per_run = steps.groupby(analysis.RUN_KEYS)[["step_s", "generate_s", "update_s"]].mean().reset_index()
+    check_columns(steps, ["method", "step_s", "generate_s", "update_s"], "steps")
+    per_run = steps.groupby(RUN_KEYS)[["step_s", "generate_s", "update_s"]].mean().reset_index()
     table = per_run.groupby("method")[["step_s", "generate_s", "update_s"]].mean()
     return pd.DataFrame({"generate": table["generate_s"], "update": table["update_s"],
                          "other": (table["step_s"] - table["generate_s"] - table["update_s"]).clip(lower=0)})
@@ -224,17 +228,17 @@ def _time_unit(grid: np.ndarray) -> tuple[float, str]:
 
 def plot_runs(runs_root: str | os.PathLike, out_dir: str | os.PathLike, how: str | None = None) -> list[Path]:
     """Every figure of the runs under `runs_root` (see the module docstring)."""
-    evals, steps, _ = analysis.load_runs(runs_root)
+    evals, steps, _ = load_runs(runs_root)
     out_dir = Path(out_dir)
     written = []
     for (benchmark, hardware, eval_set), part in evals.groupby(["benchmark", "hardware", "eval_set"]):
-        grid = analysis.default_grid(part, how)
+        grid = default_grid(part, how)
         scale, unit = _time_unit(grid)
         xlabel = f"Training Time on {hardware} ({unit})"
         methods = sorted(part["method"].unique())
         tag = f"{benchmark}_{hardware}_{eval_set}"
-        acc = {m: analysis.mean_curve(part[part["method"] == m], grid, how=how) for m in methods}
-        length = {m: analysis.mean_curve(part[part["method"] == m], grid, how=how, value="mean_length")
+        acc = {m: mean_curve(part[part["method"] == m], grid, how=how) for m in methods}
+        length = {m: mean_curve(part[part["method"] == m], grid, how=how, value="mean_length")
                   for m in methods}
         label = {m: parse_method(m).label for m in methods}
         colors = {label[m]: c for m, c in method_colors(methods).items()}
@@ -317,7 +321,7 @@ def target_marks(summary: pd.DataFrame | None, study: Sequence[Mapping], benchma
                 "rising": rec.get("plateau") == "no peak within T",
                 "crossings": {k: None if pd.isna(v) else float(v) for k, v in times.items()}}
         if rule.monotone_fits:
-            mark["fits"] = {label: (grid, analysis.isotonic_fit(curves[label]["mean"].to_numpy(float)))
+            mark["fits"] = {label: (grid, isotonic_fit(curves[label]["mean"].to_numpy(float)))
                             for label in times}
         marks.append(mark)
     return marks
@@ -331,7 +335,7 @@ def plot_study_figure(kind: str, runs_root: str | os.PathLike, study: Sequence[M
     accuracy figure of one comparison marks its targets and crossings from `summary`; a named
     family's figure (`kind` = its comparison name) is drawn on its `axis`."""
     methods = study_methods(study, kind, benchmark, hardware, design, axis if kind not in PLOT_KINDS else None)
-    evals, steps, _ = analysis.load_runs(runs_root)
+    evals, steps, _ = load_runs(runs_root)
     title = f"{benchmark} on {hardware}" + (f", {design.replace('_', ' ')}" if design else "")
     if kind not in PLOT_KINDS:
         title += f": {kind.replace('_', ' ')}" + (f", by {axis}" if axis != verdict.DEFAULT_AXIS else "")
@@ -349,13 +353,13 @@ def plot_study_figure(kind: str, runs_root: str | os.PathLike, study: Sequence[M
              and c.get("name", "main") == "main" and (design is None or c["design"] == design)]
     if kind == "accuracy" and len(comps) == 1:  # the comparison's own grid and alignment, as its summary used
         how = how or comps[0].get("align")
-        grid = analysis.comparison_grid({**comps[0], "align": how or analysis.DEFAULT_ALIGN},
+        grid = analysis.comparison_grid({**comps[0], "align": how or DEFAULT_ALIGN},
                                         arms[comps[0]["baseline"]], arms[comps[0]["method"]])
     else:
-        grid = analysis.default_grid(pd.concat(arms.values()), how)
+        grid = default_grid(pd.concat(arms.values()), how)
     scale, unit = _time_unit(grid) if axis == verdict.DEFAULT_AXIS else (1.0, "")
     value = "mean_length" if kind == "length" else "accuracy"
-    curves = {parse_method(m).label: analysis.mean_curve(arm, grid, how=how, value=value) for m, arm in arms.items()}
+    curves = {parse_method(m).label: mean_curve(arm, grid, how=how, value=value) for m, arm in arms.items()}
     marks = target_marks(summary, study, benchmark, hardware, design, grid, curves) if kind == "accuracy" else []
     xlabel = f"Training Time on {hardware} ({unit})" if axis == verdict.DEFAULT_AXIS else "Optimiser Steps"
     return curve_figure(curves, stem, xlabel,
@@ -558,7 +562,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmark")
     p.add_argument("--hardware")
     p.add_argument("--design", choices=DESIGNS, help="for `accuracy`: which design's comparisons")
-    p.add_argument("--align", default=None, choices=sorted(analysis.ALIGNERS),
+    p.add_argument("--align", default=None, choices=sorted(ALIGNERS),
                    help="how each seed's evaluations are read off the common time grid "
-                        f"(default: the comparison's `align`, else {analysis.DEFAULT_ALIGN})")
+                        f"(default: the comparison's `align`, else {DEFAULT_ALIGN})")
     p.set_defaults(func=_cmd_plot)

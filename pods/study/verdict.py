@@ -232,7 +232,7 @@ def compare(t: np.ndarray, base: Arm, meth: Arm, endpoints=None, n_boot: int = 2
 
 
 ARM_KEYS = ("benchmark", "hardware", "baseline", "method")
-# What a comparison's curves are aligned by (pods.study.analysis.AXES); rows without one are on time.
+# What a comparison's curves are aligned by (pods.study.curves.AXES); rows without one are on time.
 DEFAULT_AXIS = "time"
 
 

@@ -16,8 +16,9 @@ import numpy as np
 import pandas as pd
 
 from pods.study import calibration, plots, stats, verdict
-from pods.study.analysis import (comparison_arms, comparison_label, cost_sources, decomposition_table, load_runs, load_study,
-                           projection_table, read_summary, to_markdown, write_csv)
+from pods.study.analysis import comparison_arms, comparison_label, load_study
+from pods.study.curves import load_runs
+from pods.study.tables import cost_sources, decomposition_table, projection_table, read_summary, to_markdown, write_csv
 from pods.atomic import atomic_write_text
 
 PROFILE_COLUMNS = ["comparison", "benchmark", "hardware", "design", "baseline", "method", "level",

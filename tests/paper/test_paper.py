@@ -27,6 +27,8 @@ import pytest
 import yaml
 
 from pods.study import analysis
+
+from pods.study.curves import find_runs, load_evals, load_runs, load_summaries
 from pods.paper import figures, importer, release
 from pods.cli import main as pods_main
 from pods.runs import read_jsonl
@@ -127,7 +129,7 @@ def test_llama_runs_use_both_acc_ten_minute_checkpoints_and_the_llama_base(fixtu
 
 def test_llama_speedup_is_the_closed_form_one(fixture_runs):
     out, _ = fixture_runs
-    tables = analysis.load_runs(out)
+    tables = load_runs(out)
     summary = figures.paper_summary(tables.evals, tables.summaries, n_boot=50)
     table = figures.speedup_table(summary).set_index(["setting", "target_rule", "target"])
     row = table.loc[("llama-l40s", "paper", "0.99")]
@@ -155,7 +157,7 @@ def _authors_curve(path: Path, arm: str, metric: str, seeds: set[int]) -> np.nda
 
 def test_a100_curves_equal_the_authors_alignment_done_by_brute_force(fixture_runs, FIXTURES):
     out, _ = fixture_runs
-    evals = analysis.load_evals(out)
+    evals = load_evals(out)
     fig = figures.PAPER_FIGURES["a100s"]
     acc = figures.figure_curves(evals, fig)
     length = figures.figure_curves(evals, fig, value="mean_length")
@@ -175,8 +177,8 @@ LEN = "eval/completions/mean_length"
 
 def test_a100_step_time_is_the_authors_formula_on_the_wandb_step(fixture_runs):
     out, _ = fixture_runs
-    runs = analysis.find_runs(out)
-    bars = figures.paper_step_times(analysis.load_evals(runs), analysis.load_summaries(runs), figures.PAPER_FIGURES["a100s"])
+    runs = find_runs(out)
+    bars = figures.paper_step_times(load_evals(runs), load_summaries(runs), figures.PAPER_FIGURES["a100s"])
     # every fixture seed logs _step = 20 + 35 i at t ~ 60 + 120 i: nearest to 1800 s is i = 14 or 15
     for method, ga in (("grpo-n32-m32", 16), ("pods-max_variance-n128-m32", 4)):
         steps = []
@@ -356,8 +358,8 @@ def release_tables(tmp_path_factory):
     need_release()
     out = tmp_path_factory.mktemp("release-import")
     report = importer.import_release(RELEASE, out)
-    runs = analysis.find_runs(out)
-    evals, summaries = analysis.load_evals(runs), analysis.load_summaries(runs)
+    runs = find_runs(out)
+    evals, summaries = load_evals(runs), load_summaries(runs)
     summary = figures.paper_summary(evals, summaries, n_boot=500)
     return {"report": report, "evals": evals, "summaries": summaries, "summary": summary,
             "speedups": figures.speedup_table(summary).set_index(["setting", "target_rule", "target"]),
@@ -537,7 +539,7 @@ def test_cli_import_of_the_local_copy_plus_every_format_it_lacks(complete_releas
     assert f"imported {len(report['imported'])} settings" in printed
     assert all(f"note: {note}" in printed for note in report["notes"])
     # eval sets per setting: the Qwen runs evaluate all three sets of base-qwen.json, the Llama runs one
-    evals = analysis.load_evals(tmp_path)
+    evals = load_evals(tmp_path)
     sets = evals.groupby("benchmark")["eval_set"].agg(lambda s: sorted(set(s)))
     assert sets.to_dict() == {"gsm8k": ["amc23", "gsm8k", "math500"], "gsm8k-llama": ["gsm8k"],
                               "math": ["amc23", "gsm8k", "math500"]}

@@ -2,7 +2,7 @@
 name is refused, and an unknown name lists the names there are."""
 import pytest
 
-from pods.study.analysis import ALIGNERS
+from pods.study.curves import ALIGNERS
 from pods.grpo import LOSS_AGGREGATIONS
 from pods.registry import Registry
 from pods.training.rollout import ROLLOUT_ENGINES

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers import TOY, pods_train
-from pods.study import analysis
+from pods.study.curves import find_runs
 from pods import cli, runs
 from pods.runs import read_jsonl
 
@@ -232,7 +232,7 @@ def analyze(results, capsys):
 
 
 def test_the_committed_runs_read_as_valid_results():
-    for run_dir in analysis.find_runs(COMMITTED):
+    for run_dir in find_runs(COMMITTED):
         run = runs.read_run(run_dir)
         assert run.summary["status"] == "complete" and run.steps and run.evals
 

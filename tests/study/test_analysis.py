@@ -10,6 +10,8 @@ import yaml
 
 from helpers import make_study_runs, write_run
 from pods.study import analysis, verdict
+from pods.study.curves import EVAL_COLUMNS, Target, align_to_grid, default_grid, find_runs, isotonic_fit, load_evals, load_runs, mean_curve, seed_matrix, time_to_target
+from pods.study.tables import _fmt, _seeds_text, cost_sources, decomposition_table, projection_table, read_cost_file, read_summary, summary_markdown
 from pods.cli import main as pods_main
 
 
@@ -19,12 +21,12 @@ from pods.cli import main as pods_main
 def test_load_evals_reads_every_run_with_its_path_keys(tmp_path):
     write_run(tmp_path, "grpo-n4-m4", 0, [0, 10], [0.1, 0.5])
     write_run(tmp_path, "pods-max_variance-n8-m4", 3, [0, 10, 20], [0.1, 0.6, 0.7])
-    evals = analysis.load_evals(tmp_path)
-    assert list(evals.columns[:9]) == analysis.EVAL_COLUMNS
+    evals = load_evals(tmp_path)
+    assert list(evals.columns[:9]) == EVAL_COLUMNS
     assert len(evals) == 5
     pods = evals[evals["method"] == "pods-max_variance-n8-m4"]
     assert set(pods["seed"]) == {3} and list(pods["accuracy"]) == [0.1, 0.6, 0.7]
-    assert analysis.load_evals(tmp_path / "runs").equals(evals)  # root or runs/ itself
+    assert load_evals(tmp_path / "runs").equals(evals)  # root or runs/ itself
 
 
 def test_reading_problems_name_the_file(tmp_path):
@@ -32,15 +34,15 @@ def test_reading_problems_name_the_file(tmp_path):
     with open(run / "evals.jsonl", "a") as f:
         f.write('{"step": 3, "train_time_s": 4\n')
     with pytest.raises(ValueError, match=r"evals.jsonl:3: not valid JSON"):
-        analysis.load_evals(tmp_path)
+        load_evals(tmp_path)
     (run / "evals.jsonl").write_text(json.dumps({"step": 1, "train_time_s": 1, "eval_set": "a", "accuracy": 1}) + "\n")
     with pytest.raises(ValueError, match=r"evals.jsonl:1: lacks 'mean_length'"):
-        analysis.load_evals(tmp_path)
+        load_evals(tmp_path)
     (run / "evals.jsonl").unlink()
     with pytest.raises(FileNotFoundError, match=r"seed0/evals.jsonl is missing"):
-        analysis.load_evals(tmp_path)
+        load_evals(tmp_path)
     with pytest.raises(FileNotFoundError, match="no run directories"):
-        analysis.find_runs(tmp_path / "runs" / "arith")
+        find_runs(tmp_path / "runs" / "arith")
 
 
 # --------------------------------------------------------------------------------------------
@@ -68,7 +70,7 @@ def test_align_to_grid_equals_brute_force(how):
                      for t in rng.permutation(times)]
         df = pd.DataFrame(rows)
         grid = np.arange(0, 201, 20.0)
-        aligned = analysis.align_to_grid(df, grid, how=how)
+        aligned = align_to_grid(df, grid, how=how)
         for seed, part in df.groupby("seed"):
             part = part.sort_values("train_time_s")
             got = aligned[aligned["seed"] == seed]["accuracy"].to_numpy()
@@ -82,28 +84,28 @@ def test_mean_curve_is_mean_and_196_sem_over_seeds():
     matrix = rng.random((5, 3))
     df = pd.DataFrame([{"seed": s, "train_time_s": t, "accuracy": matrix[s, j]}
                        for s in range(5) for j, t in enumerate(grid)])
-    curve = analysis.mean_curve(df, grid)
+    curve = mean_curve(df, grid)
     sem = matrix.std(axis=0, ddof=1) / np.sqrt(5)
     np.testing.assert_allclose(curve["mean"], matrix.mean(axis=0))
     np.testing.assert_allclose(curve["sem"], sem)
     np.testing.assert_allclose(curve["hi"] - curve["lo"], 2 * 1.96 * sem)
     assert list(curve["n_seeds"]) == [5, 5, 5]
-    one = analysis.mean_curve(df[df["seed"] == 0], grid)
+    one = mean_curve(df[df["seed"] == 0], grid)
     assert one["sem"].isna().all() and list(one["mean"]) == list(matrix[0])
     with pytest.raises(ValueError, match="expected one method"):
-        analysis.mean_curve(df.assign(method=["a", "b"] * 7 + ["a"]), grid)
+        mean_curve(df.assign(method=["a", "b"] * 7 + ["a"]), grid)
 
 
 def test_default_grid_is_the_shared_schedule_or_a_regular_one():
     shared = pd.DataFrame({"seed": [0, 0, 1, 1], "train_time_s": [0, 1800, 0, 1800]})
-    np.testing.assert_array_equal(analysis.default_grid(shared), [0, 1800])
+    np.testing.assert_array_equal(default_grid(shared), [0, 1800])
     ragged = pd.DataFrame({"seed": [0, 0, 0, 1, 1, 1], "train_time_s": [0, 61, 119, 0, 58, 123]})
-    np.testing.assert_array_equal(analysis.default_grid(ragged, "nearest"), [0, 60, 120])
+    np.testing.assert_array_equal(default_grid(ragged, "nearest"), [0, 60, 120])
     # interpolation needs a later evaluation of every seed: 120 is past seed 0's last one (119)
-    np.testing.assert_array_equal(analysis.default_grid(ragged), [0, 60])
+    np.testing.assert_array_equal(default_grid(ragged), [0, 60])
     # runs shorter than one evaluation interval still get a point after t = 0
     short = pd.DataFrame({"seed": [0, 0, 0, 1, 1], "train_time_s": [0, 61, 119, 0, 40]})
-    np.testing.assert_array_equal(analysis.default_grid(short), [0, 40])
+    np.testing.assert_array_equal(default_grid(short), [0, 40])
 
 
 # --------------------------------------------------------------------------------------------
@@ -117,26 +119,26 @@ def test_time_to_target_follows_the_papers_definition():
     t = [0, 1, 2, 3, 4]
     base = curve(t, [0.95, 0.5, 0.8, 0.79, 0.7])    # t = 0 above the peak: not the peak, not a finish
     meth = curve(t, [0.95, 0.793, 0.9, 0.9, 0.9])
-    tt = analysis.time_to_target(base, meth, 0.99)
+    tt = time_to_target(base, meth, 0.99)
     assert tt.target == pytest.approx(0.792) and (tt.t_baseline, tt.t_method) == (2.0, 1.0)
     assert tt.speedup == 2.0
-    exact = analysis.time_to_target(base, meth, 1.0)
+    exact = time_to_target(base, meth, 1.0)
     assert (exact.target, exact.t_baseline, exact.t_method, exact.speedup) == (0.8, 2.0, 2.0, 1.0)
-    never = analysis.time_to_target(base, curve(t, [0.9, 0.1, 0.2, 0.3, 0.4]), 0.99)
+    never = time_to_target(base, curve(t, [0.9, 0.1, 0.2, 0.3, 0.4]), 0.99)
     assert never.t_method is None and never.speedup is None and never.t_baseline == 2.0
     with pytest.raises(ValueError, match="different grids"):
-        analysis.time_to_target(base, curve([0, 1, 2, 3, 5], [0] * 5))
+        time_to_target(base, curve([0, 1, 2, 3, 5], [0] * 5))
     with pytest.raises(ValueError, match="threshold must be in"):
-        analysis.time_to_target(base, meth, 1.2)
+        time_to_target(base, meth, 1.2)
     with pytest.raises(ValueError, match="unknown time-to-target rule"):
-        analysis.time_to_target(base, meth, 0.99, rule="median")
+        time_to_target(base, meth, 0.99, rule="median")
 
 
 T = [0, 1, 2, 3, 4]
 
 
 def iso(base, meth, fraction=0.99):
-    return analysis.time_to_target(curve(T, base), curve(T, meth), fraction, rule="isotonic")
+    return time_to_target(curve(T, base), curve(T, meth), fraction, rule="isotonic")
 
 
 def test_isotonic_rule_on_monotone_curves_interpolates_between_grid_points():
@@ -145,17 +147,17 @@ def test_isotonic_rule_on_monotone_curves_interpolates_between_grid_points():
     assert tt.target == pytest.approx(0.792)
     assert tt.t_baseline == pytest.approx(3.92) and tt.t_method == pytest.approx(1 + 0.292 / 0.3)
     assert tt.speedup == pytest.approx(3.92 / (1 + 0.292 / 0.3))
-    paper = analysis.time_to_target(curve(T, [0.1, 0.3, 0.5, 0.7, 0.8]), curve(T, [0.1, 0.5, 0.8, 0.8, 0.8]))
+    paper = time_to_target(curve(T, [0.1, 0.3, 0.5, 0.7, 0.8]), curve(T, [0.1, 0.5, 0.8, 0.8, 0.8]))
     assert (paper.t_baseline, paper.t_method) == (4.0, 2.0)  # the grid rounds both up
 
 
 def test_isotonic_rule_pools_noise_instead_of_chasing_the_highest_point():
-    np.testing.assert_allclose(analysis.isotonic_fit([0.1, 0.5, 0.4, 0.7, 0.6]), [0.1, 0.45, 0.45, 0.65, 0.65])
+    np.testing.assert_allclose(isotonic_fit([0.1, 0.5, 0.4, 0.7, 0.6]), [0.1, 0.45, 0.45, 0.65, 0.65])
     tt = iso([0.1, 0.5, 0.4, 0.7, 0.6], [0.1, 0.7, 0.7, 0.7, 0.7])
     assert tt.target == pytest.approx(0.99 * 0.65)  # the plateau, not the lucky 0.7
     assert tt.t_baseline == pytest.approx(2 + (0.6435 - 0.45) / 0.2)
     assert tt.t_method == pytest.approx((0.6435 - 0.1) / 0.6)
-    paper = analysis.time_to_target(curve(T, [0.1, 0.5, 0.4, 0.7, 0.6]), curve(T, [0.1, 0.7, 0.7, 0.7, 0.7]))
+    paper = time_to_target(curve(T, [0.1, 0.5, 0.4, 0.7, 0.6]), curve(T, [0.1, 0.7, 0.7, 0.7, 0.7]))
     assert paper.target == pytest.approx(0.693) and (paper.t_baseline, paper.t_method) == (3.0, 1.0)
 
 
@@ -165,28 +167,28 @@ def test_isotonic_rule_when_the_method_ends_lower_targets_the_level_it_reaches()
     assert tt.t_baseline == pytest.approx(0.985) and tt.t_method == pytest.approx(1.97)
     assert tt.speedup == pytest.approx(0.5)  # "slower", measured rather than censored
     flat = iso([0.5, 0.5, 0.49, 0.5, 0.5], [0.5, 0.6, 0.7, 0.7, 0.7])  # the baseline never rose
-    assert flat == analysis.Target(None, None, None, None)
+    assert flat == Target(None, None, None, None)
 
 
 def test_isotonic_rule_takes_a_decline_after_the_peak_as_the_level_held():
     # 0.9 at t = 2 falls back to 0.5, 0.4: the fit pools them into a plateau at 0.6
-    np.testing.assert_allclose(analysis.isotonic_fit([0.1, 0.6, 0.9, 0.5, 0.4]), [0.1, 0.6, 0.6, 0.6, 0.6])
+    np.testing.assert_allclose(isotonic_fit([0.1, 0.6, 0.9, 0.5, 0.4]), [0.1, 0.6, 0.6, 0.6, 0.6])
     tt = iso([0.1, 0.6, 0.9, 0.5, 0.4], [0.1, 0.3, 0.5, 0.7, 0.75])
     assert tt.target == pytest.approx(0.594)
     assert tt.t_baseline == pytest.approx((0.594 - 0.1) / 0.5) and tt.t_method == pytest.approx(2 + 0.094 / 0.2)
-    paper = analysis.time_to_target(curve(T, [0.1, 0.6, 0.9, 0.5, 0.4]), curve(T, [0.1, 0.3, 0.5, 0.7, 0.75]))
+    paper = time_to_target(curve(T, [0.1, 0.6, 0.9, 0.5, 0.4]), curve(T, [0.1, 0.3, 0.5, 0.7, 0.75]))
     assert paper.target == pytest.approx(0.891) and paper.t_method is None  # the spike sets an unreachable bar
 
 
 def test_linear_alignment_interpolates_between_evaluations():
     df = pd.DataFrame({"seed": [0, 0, 0], "train_time_s": [0.0, 61.0, 119.0], "accuracy": [0.1, 0.4, 0.5]})
-    seeds, matrix = analysis.seed_matrix(df, [0.0, 60.0, 120.0])
+    seeds, matrix = seed_matrix(df, [0.0, 60.0, 120.0])
     assert seeds == [0] and matrix[0, 0] == 0.1 and matrix[0, 1] == pytest.approx(0.1 + 0.3 * 60 / 61)
     assert np.isnan(matrix[0, 2])  # past the last evaluation: no value, not the last one repeated
-    _, nearest = analysis.seed_matrix(df, [0.0, 60.0, 120.0], how="nearest")
+    _, nearest = seed_matrix(df, [0.0, 60.0, 120.0], how="nearest")
     assert list(nearest[0]) == [0.1, 0.4, 0.5]
     with pytest.raises(ValueError, match="unknown alignment 'cubic'; choose from"):
-        analysis.seed_matrix(df, [0.0], how="cubic")
+        seed_matrix(df, [0.0], how="cubic")
 
 
 # --------------------------------------------------------------------------------------------
@@ -196,7 +198,7 @@ def test_summarize_study_gives_every_endpoint_step_times_phases_and_adjusted_pri
     make_study_runs(tmp_path)
     study = [{"name": "main", "benchmark": "arith", "hardware": "cpu", "design": "equal_update", "align": "nearest",
               "baseline": "grpo-n4-m4", "method": "pods-max_variance-n16-m4", "seeds": [0, 1, 2]}]
-    tables = analysis.load_runs(tmp_path)
+    tables = load_runs(tmp_path)
     table = analysis.summarize_study(study, tables.evals, tables.steps, n_boot=200, power=False)
     assert list(table["endpoint"]) == [e for e in verdict.ENDPOINTS.names() if e != "fixed"]
     rows = table.set_index("endpoint")
@@ -236,7 +238,7 @@ def test_the_step_axis_compares_at_equal_steps_in_a_family_of_its_own(tmp_path):
     pair = {"name": "alternatives", "benchmark": "arith", "hardware": "cpu", "design": "equal_update",
             "baseline": "grpo-n4-m4", "method": "pods-max_variance-n16-m4"}
     study = [pair, {**pair, "axis": "step", "grid_s": 20}]
-    tables = analysis.load_runs(tmp_path)
+    tables = load_runs(tmp_path)
     table = analysis.summarize_study(study, tables.evals, tables.steps, n_boot=400, power=False)
     iso = table[table["endpoint"] == "isotonic_0.99"].set_index("axis")
     assert iso.loc["time", "speedup"] == pytest.approx(1.0, abs=0.05)
@@ -244,12 +246,12 @@ def test_the_step_axis_compares_at_equal_steps_in_a_family_of_its_own(tmp_path):
     assert iso.loc["step", "budget_s"] == 80.0                              # PODS's last step: equal steps only
     assert np.isnan(iso.loc["step", "step_efficiency"]) and iso.loc["time", "step_efficiency"] > 0
     assert set(table.loc[table["role"] == "primary", "multiplicity"]) == {"holm over 1"}   # two families of one
-    md = analysis.summary_markdown(table)
+    md = summary_markdown(table)
     assert md.count("aligned by optimiser steps") == 2 and "comparisons on this axis" in md
-    assert set(analysis.decomposition_table(table)["speedup"].dropna()) <= set(iso.loc[["time"], "speedup"]) | set(
+    assert set(decomposition_table(table)["speedup"].dropna()) <= set(iso.loc[["time"], "speedup"]) | set(
         table[(table["axis"] == "time")]["speedup"].dropna())
     # a study on the clock alone prints no axis column (the paper's studies read as before)
-    assert "| axis |" not in analysis.summary_markdown(table[table["axis"] == "time"])
+    assert "| axis |" not in summary_markdown(table[table["axis"] == "time"])
     with pytest.raises(ValueError, match=r"comparison: axis: 'tokens' is not one of \['time', 'step'\]"):
         analysis.validate_comparison({**pair, "axis": "tokens"})
 
@@ -258,7 +260,7 @@ def test_a_fixed_grid_past_a_seeds_last_evaluation_is_refused_under_linear_align
     make_study_runs(tmp_path)  # some seeds' last evaluations land before 240 s
     comp = {"name": "main", "benchmark": "arith", "hardware": "cpu", "design": "equal_update",
             "baseline": "grpo-n4-m4", "method": "pods-max_variance-n16-m4", "grid_s": 60, "t_max_s": 240}
-    evals = analysis.load_runs(tmp_path).evals
+    evals = load_runs(tmp_path).evals
     with pytest.raises(ValueError, match=r"grid runs to 240 s but seed \d of .* last evaluated at 23\d s.*align: nearest"):
         analysis.comparison_arms(comp, evals)
     grid, base, meth, _, _ = analysis.comparison_arms({**comp, "align": "nearest"}, evals)
@@ -270,7 +272,7 @@ def test_a_fixed_grid_past_a_seeds_last_evaluation_is_refused_under_linear_align
 def test_read_summary_keeps_the_target_as_text(tmp_path):
     path = tmp_path / "summary.csv"
     path.write_text("benchmark,target_rule,target,speedup\narith,paper,0.99,1.09\narith,paper,1.00,\n")
-    assert list(analysis.read_summary(path)["target"]) == ["0.99", "1.00"]
+    assert list(read_summary(path)["target"]) == ["0.99", "1.00"]
 
 
 def test_projection_divides_our_step_efficiency_by_the_other_machines_cost_ratio(tmp_path):
@@ -283,13 +285,13 @@ def test_projection_divides_our_step_efficiency_by_the_other_machines_cost_ratio
     costs = tmp_path / "costs.json"
     costs.write_text(json.dumps({"hardware": "my-gpu", "s_per_step": {"grpo-n16-m16": 2.0,
                                                                       "pods-max_variance-n64-m16": 2.5}}))
-    table = analysis.projection_table(ours, analysis.cost_sources(paper, [costs]))
+    table = projection_table(ours, cost_sources(paper, [costs]))
     assert list(table["projected_onto"]) == ["paper gsm8k-l40s", "my-gpu (costs.json)"]  # h100x8: other design
     assert list(table["projected_speedup"]) == pytest.approx([2.0 / 1.25, 2.0 / 1.25])
     assert list(table["projected_ci_low"]) == pytest.approx([1.2, 1.2]) and set(table["kind"]) == {"projection"}
     costs.write_text(json.dumps({"hardware": "x", "s_per_step": {"grpo-n16-m16": -1}}))
     with pytest.raises(ValueError, match="must be a positive number"):
-        analysis.read_cost_file(costs)
+        read_cost_file(costs)
 
 
 def test_study_file_errors_name_the_file_and_comparison(tmp_path):
@@ -343,9 +345,9 @@ def test_infinite_numbers_print_as_what_they_mean_in_their_column():
     from pods.study.calibration import LADDER
 
     # a speedup or an interval bound that is infinite is "inf"; only seeds_to_decide has a ladder
-    assert analysis._fmt(float("inf")) == "inf" and analysis._fmt(float("-inf")) == "-inf"
-    assert analysis._fmt(float("nan")) == "" and analysis._fmt(1.23456) == "1.235"
-    assert analysis._seeds_text(float("inf")) == f"> {LADDER[-1]}" and analysis._seeds_text(8.0) == "8"
+    assert _fmt(float("inf")) == "inf" and _fmt(float("-inf")) == "-inf"
+    assert _fmt(float("nan")) == "" and _fmt(1.23456) == "1.235"
+    assert _seeds_text(float("inf")) == f"> {LADDER[-1]}" and _seeds_text(8.0) == "8"
 
 
 def test_one_seed_per_arm_gives_estimates_without_intervals_and_decides_nothing(tmp_path):
@@ -354,7 +356,7 @@ def test_one_seed_per_arm_gives_estimates_without_intervals_and_decides_nothing(
     make_study_runs(tmp_path)
     study = [{"name": "main", "benchmark": "arith", "hardware": "cpu", "design": "equal_update", "align": "nearest",
               "baseline": "grpo-n4-m4", "method": "pods-max_variance-n16-m4", "seeds": [0]}]
-    tables = analysis.load_runs(tmp_path)
+    tables = load_runs(tmp_path)
     table = analysis.summarize_study(study, tables.evals, tables.steps, n_boot=200, power=False)
     rows = table.set_index("endpoint")
     assert rows.loc["paper_0.99", "speedup"] > 1 and set(table["n_seeds_baseline"]) == {1}

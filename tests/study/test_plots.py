@@ -7,6 +7,7 @@ import yaml
 
 from helpers import make_study_runs
 from pods.study import analysis, plots
+from pods.study.curves import curve_from_matrix, load_runs, load_steps
 from pods.cli import main as pods_main
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -14,7 +15,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 def _curve(values):
     t = np.arange(len(values)) * 60.0
-    return analysis.curve_from_matrix(t, np.array([values, np.asarray(values) + 0.02]))
+    return curve_from_matrix(t, np.array([values, np.asarray(values) + 0.02]))
 
 
 def test_curve_figure_writes_png_and_pdf_atomically(tmp_path):
@@ -41,7 +42,7 @@ def test_families_find_the_papers_ablations():
 
 def test_phase_table_splits_step_time_into_generation_update_and_the_rest(tmp_path):
     make_study_runs(tmp_path)
-    table = plots.phase_table(analysis.load_steps(tmp_path))
+    table = plots.phase_table(load_steps(tmp_path))
     assert table.loc["grpo-n4-m4"].tolist() == pytest.approx([0.5, 1.1, 0.4])
     assert table.loc["pods-max_variance-n16-m4"].tolist() == pytest.approx([1.6, 1.0, 0.5])
 
@@ -118,7 +119,7 @@ def drawn_figures(monkeypatch) -> list:
 def test_accuracy_figure_draws_the_runs_curves_and_the_summary_targets(study_dir, monkeypatch):
     root, study_file = study_dir
     study = analysis.load_study(study_file)
-    tables = analysis.load_runs(root)
+    tables = load_runs(root)
     summary = analysis.summarize_study(study, tables.evals, tables.steps, n_boot=200, power=False)
     figures = drawn_figures(monkeypatch)
     plots.plot_study_figure("accuracy", root, study, "arith", "cpu", root / "acc", design="equal_update",

@@ -289,7 +289,7 @@ def test_the_schemas_design_enum_is_the_packages():
     walk(schema)
     assert enums and all(set(e) == set(DESIGNS) for e in enums)
     # and the axes a comparison may be aligned by are pods.study.analysis's
-    from pods.study.analysis import AXES
+    from pods.study.curves import AXES
 
     axis = schema["definitions"]["comparison"]["properties"]["axis"]
     assert set(axis["enum"]) == set(AXES)
