@@ -8,7 +8,9 @@
 # Other studies layer a config over the default: --configfile config/{smoke,ablations,alternatives,large,paper,smollm2}.yaml
 import os
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
+
+from pods.study.model import load_schema, validate
 
 min_version("8.0")
 
@@ -16,7 +18,9 @@ min_version("8.0")
 configfile: "config/config.yaml"
 
 
-validate(config, "config/schema.yaml")
+# config/schema.yaml, its registry-defined name lists filled in; defaults fill in as Snakemake's own
+# validate(set_default=True) does
+validate(config, load_schema(), "config")
 
 # Every job this workflow starts (locally or, parsing this file again, on a cluster node) inherits
 # the pinned CPU kernel path: see `aten_cpu_capability` in config/schema.yaml.

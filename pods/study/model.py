@@ -66,7 +66,16 @@ class StudyError(ValueError):
 # Study config files
 # ---------------------------------------------------------------------------------------------
 def load_schema(path: str | Path = SCHEMA) -> dict:
-    return yaml.safe_load(Path(path).read_text())
+    """The study schema, with the name lists that registries define filled in as enums (the file
+    states none of them): how curves are aligned, what they are aligned by, how runs launch."""
+    from pods.study.curves import ALIGNERS, AXES
+
+    schema = yaml.safe_load(Path(path).read_text())
+    definitions = schema["definitions"]
+    definitions["comparison"]["properties"]["align"]["enum"] = list(ALIGNERS)
+    definitions["comparison"]["properties"]["axis"]["enum"] = list(AXES)
+    definitions["hardware_profile"]["properties"]["launcher"]["enum"] = list(LAUNCHERS)
+    return schema
 
 
 def schema_default(key: str) -> Any:

@@ -370,3 +370,20 @@ def test_reading_the_default_study_imports_no_model_library():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_the_schema_takes_its_name_lists_from_the_registries_that_define_them():
+    """config/schema.yaml states no list of aligners, axes or launchers: load_schema fills them in
+    from the registries, so a new entry is one line in one registry and a typo is refused by key."""
+    from pods.study.curves import ALIGNERS, AXES
+    from pods.study.model import SCHEMA, load_schema
+
+    raw, schema = yaml.safe_load(SCHEMA.read_text())["definitions"], load_schema()["definitions"]
+    keys = [("comparison", "align", list(ALIGNERS)), ("comparison", "axis", list(AXES)),
+            ("hardware_profile", "launcher", list(LAUNCHERS))]
+    for definition, key, names in keys:
+        assert "enum" not in raw[definition]["properties"][key]
+        assert schema[definition]["properties"][key]["enum"] == names
+    with pytest.raises(StudyError, match=r"comparisons\.0\.align: 'nearst' is not one of \['linear', 'nearest'"):
+        study(comparisons=[dict(MAIN, design="equal_update", baseline="grpo-n16-m16",
+                                methods=["pods-max_variance-n64-m16"], align="nearst")])

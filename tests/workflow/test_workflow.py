@@ -217,7 +217,7 @@ def test_a_failed_run_stops_only_the_targets_that_read_it(tmp_path):
 # Every bad-config path is a unit test of the study model (tests/study/test_study.py); these check that
 # the workflow builds the model while it parses: the error line, and no DAG, no job, no folder.
 BAD_CONFIGS = [
-    ({"seed": [0]}, "seed"),  # the schema, checked by Snakemake
+    ({"seed": [0]}, "seed"),  # the schema, checked while the Snakefile is parsed
     # the issue this guards: a typo in a trainer key with only equal_update comparisons (whose
     # design check never loads a trainer config) used to dry-run train jobs that each failed
     ({"train": {"max_stepz": 3}, "comparisons": [
