@@ -20,17 +20,25 @@ class UpdateEngine(ABC):
 
     #: the model the rollout engine samples from (the same object for the hf engine)
     policy: torch.nn.Module
+    #: a frozen copy of the initial policy, kept only when beta > 0 or always_compute_ref
+    reference: torch.nn.Module | None = None
 
     @abstractmethod
+    def _logprobs_of(self, model: torch.nn.Module, batch: UpdateBatch) -> torch.Tensor:
+        """Per-completion-token log-probs `[B, T]` of `batch` under `model`, no grad (0 on padding)."""
+
     def logprobs(self, batch: UpdateBatch) -> torch.Tensor:
-        """Per-completion-token log-probs `[B, T]` under the current policy, no grad (0 on padding)."""
+        """Per-completion-token log-probs `[B, T]` under the current policy."""
+        return self._logprobs_of(self.policy, batch)
 
-    @abstractmethod
     def ref_logprobs(self, batch: UpdateBatch) -> torch.Tensor:
-        """Per-completion-token log-probs `[B, T]` under the reference (initial) policy, no grad.
+        """Per-completion-token log-probs `[B, T]` under the reference (initial) policy.
 
         Needed only when `beta > 0`; a LoRA engine computes them with the adapter disabled.
         """
+        if self.reference is None:
+            raise ValueError("no reference model: it is kept only when beta > 0 or always_compute_ref")
+        return self._logprobs_of(self.reference, batch)
 
     @abstractmethod
     def step(

@@ -158,12 +158,7 @@ class DeepSpeedUpdateEngine(UpdateEngine):
 
     # ------------------------------------------------------------------------------ interface
     def logprobs(self, batch: UpdateBatch) -> torch.Tensor:
-        return self._logprobs_of(self.engine, batch)
-
-    def ref_logprobs(self, batch: UpdateBatch) -> torch.Tensor:
-        if self.reference is None:
-            raise ValueError("no reference model: it is kept only when beta > 0 or always_compute_ref")
-        return self._logprobs_of(self.reference, batch)
+        return self._logprobs_of(self.engine, batch)  # the forward DeepSpeed wraps, as in training
 
     def step(self, batch, advantages, old_logprobs=None, ref_logprobs=None) -> dict[str, float]:
         cfg = self.cfg

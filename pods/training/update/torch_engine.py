@@ -144,14 +144,6 @@ class TorchUpdateEngine(UpdateEngine):
                 out[start:stop, : mb.completion_len] = token_logprobs(model, mb).cpu()
         return out
 
-    def logprobs(self, batch: UpdateBatch) -> torch.Tensor:
-        return self._logprobs_of(self.policy, batch)
-
-    def ref_logprobs(self, batch: UpdateBatch) -> torch.Tensor:
-        if self.reference is None:
-            raise ValueError("no reference model: it is kept only when beta > 0 or always_compute_ref")
-        return self._logprobs_of(self.reference, batch)
-
     def step(self, batch, advantages, old_logprobs=None, ref_logprobs=None) -> dict[str, float]:
         cfg = self.cfg
         loss_sum, kl_sum = accumulate_gradients(
