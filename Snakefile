@@ -7,6 +7,7 @@
 #
 # Other studies layer a config over the default: --configfile config/{smoke,ablations,alternatives,large,paper,smollm2}.yaml
 import os
+from pathlib import Path
 
 from snakemake.utils import min_version
 
@@ -18,9 +19,11 @@ min_version("8.0")
 configfile: "config/config.yaml"
 
 
-# config/schema.yaml, its registry-defined name lists filled in; defaults fill in as Snakemake's own
+# config/schema.yaml, its registry-defined name lists filled in (read once: the study model in
+# workflows/common.smk checks hardware profiles with it too); defaults fill in as Snakemake's own
 # validate(set_default=True) does
-validate(config, load_schema(), "config")
+STUDY_SCHEMA = load_schema(Path(workflow.basedir, "config", "schema.yaml"))
+validate(config, STUDY_SCHEMA, "config")
 
 # Every job this workflow starts (locally or, parsing this file again, on a cluster node) inherits
 # the pinned CPU kernel path: see `aten_cpu_capability` in config/schema.yaml.

@@ -11,9 +11,9 @@ import yaml
 from pods.atomic import atomic_write_text
 from pods.training.config import METHOD_PATTERN
 from pods.layout import RUN_KEY, run_path
-from pods.study.model import Study, load_schema, run_from
+from pods.study.model import Study, run_from
 
-STUDY = Study(config, schema=load_schema(Path(workflow.basedir, "config", "schema.yaml")))
+STUDY = Study(config, schema=STUDY_SCHEMA)
 
 RESULTS, MODELS, FIGURES = STUDY.results, STUDY.models, STUDY.figures
 RUNS, LOGS = STUDY.runs_dir, STUDY.logs
