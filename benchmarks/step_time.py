@@ -40,10 +40,10 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from pods.training.config import load_train_config, method_name  # noqa: E402
+from pods.training.config import load_train_config  # noqa: E402
 from pods.runs import read_jsonl  # noqa: E402
 from pods.training.tasks import get_task  # noqa: E402
-from pods.training.timing import STEP_PHASES  # noqa: E402
+from pods.vocabulary import STEP_PHASES, method_for  # noqa: E402
 from pods.training.trainer import train  # noqa: E402
 
 ARMS = {  # label -> (n, m); micro_batch is shared, so GRPO-GA accumulates over more micro-batches
@@ -226,7 +226,7 @@ def main() -> int:
     print(f"ours: PODS step / GRPO step: {pods['step'] / rows['GRPO n=16']['step']:.2f}; "
           f"PODS step / GRPO-GA step: {pods['step'] / ga['step']:.2f}")
     if args.out:
-        methods = {label: method_name("identity" if n == m else "max_variance", n, m) for label, (n, m) in ARMS.items()}
+        methods = {label: method_for(n, m, "max_variance").name for label, (n, m) in ARMS.items()}
         costs = {
             "hardware": args.hardware, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "s_per_step": {methods[label]: row["step"] for label, row in rows.items()},

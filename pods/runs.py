@@ -34,8 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypedDict
 
 from pods.atomic import atomic_write_text
-from pods.training.config import parse_method
-from pods.training.timing import STEP_PHASES  # the step record has one `<phase>_s` per phase
+from pods.vocabulary import STEP_PHASES, parse_method, parse_run_path
 
 LOCK_FILE = ".lock"
 RUN_FILES = ("steps.jsonl", "evals.jsonl", "summary.json")  # what a run has produced
@@ -443,17 +442,11 @@ class RunContents:
 
 
 def run_key(run_dir: str | os.PathLike) -> dict:
-    """benchmark, hardware, method and seed, read from the directory path."""
-    path = Path(run_dir)
-    if not path.name.startswith("seed") or not path.name[4:].isdigit():
-        raise RunFileError(f"run directory {path} does not end in seed<k>")
-    key = {"benchmark": path.parent.parent.parent.name, "hardware": path.parent.parent.name,
-           "method": path.parent.name, "seed": int(path.name[4:])}
+    """benchmark, hardware, method and seed, read from the directory path (`parse_run_path`)."""
     try:
-        parse_method(key["method"])
+        return parse_run_path(Path(run_dir))
     except ValueError as exc:
-        raise RunFileError(f"run directory {path}: {exc}") from None
-    return key
+        raise RunFileError(str(exc)) from None
 
 
 def read_run(run_dir: str | os.PathLike) -> RunContents:

@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 
 from pods import cli
-from pods.training.config import load_train_config, parse_method
+from pods.training.config import load_train_config
+from pods.vocabulary import parse_method
 from pods.runs import build_summary
 from pods.training.tasks.base import Problem, Task
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import yaml
 
 from pods.atomic import atomic_write_text
-from pods.training.config import METHOD_PATTERN
-from pods.layout import RUN_KEY, run_path
+from pods.vocabulary import METHOD_PATTERN
+from pods.vocabulary import RUN_KEY, run_path
 from pods.study.model import Study, run_from
 
 STUDY = Study(config, schema=STUDY_SCHEMA)
@@ -24,7 +24,7 @@ COMPARISONS = STUDY.study_rows()
 wildcard_constraints:
     benchmark=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
     hardware=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
-    method=METHOD_PATTERN,  # pods.training.config's method names, spelled there once
+    method=METHOD_PATTERN,  # pods.vocabulary's method names, spelled there once
     seed=r"\d+",
 
 

@@ -32,13 +32,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, whether or not pods is installed
 
 from pods.training.batches import UpdateBatch  # noqa: E402
-from pods.training.config import TrainConfig, method_name  # noqa: E402
+from pods.training.config import TrainConfig  # noqa: E402
 from pods.grpo import kept_advantages  # noqa: E402
 from pods.training.rollout.hf import HFRolloutEngine  # noqa: E402
 from pods.selection import select  # noqa: E402
 
 ARMS = {"GRPO n=16": (16, 16), "PODS n=64->16": (64, 16), "GRPO-GA n=64": (64, 64)}
-from pods.training.timing import STEP_PHASES as PHASES  # noqa: E402
+from pods.vocabulary import STEP_PHASES as PHASES  # noqa: E402
+from pods.vocabulary import method_for  # noqa: E402
 # Qwen2.5-3B-Instruct's config.json (architecture only); `tiny` keeps its shape at toy size for CPU
 ARCHS = {
     "qwen2.5-3b": dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
@@ -76,7 +77,7 @@ def build(args):
 def train_config(args, n: int, m: int) -> TrainConfig:
     cfg = TrainConfig(
         benchmark="arith", device=args.device, precision="bf16" if args.device.startswith("cuda") else "fp32",
-        update_engine=args.engine, rollout_engine="hf", n=n, m=m, rule="identity" if n == m else "max_variance",
+        update_engine=args.engine, rollout_engine="hf", n=n, m=m, rule=method_for(n, m, "max_variance").rule,
         prompts_per_step=1, micro_batch=args.micro_batch, max_new_tokens=args.completion_tokens, temperature=0.9,
         beta=0.04, lr=5e-6, load_in_4bit=False, lora_rank=64, lora_alpha=64, gradient_checkpointing=True,
     )
@@ -151,7 +152,7 @@ def main() -> int:
     grpo, pods, ga = (rows[k]["step"] for k in ARMS)
     print(f"step-cost ratio PODS/GRPO: {pods / grpo:.2f}; PODS/GRPO-GA: {pods / ga:.2f}")
     if args.out:
-        methods = {label: method_name("identity" if n == m else "max_variance", n, m) for label, (n, m) in ARMS.items()}
+        methods = {label: method_for(n, m, "max_variance").name for label, (n, m) in ARMS.items()}
         device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor()
         costs = {
             "hardware": args.hardware, "device": device_name,

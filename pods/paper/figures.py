@@ -15,7 +15,7 @@ from pods.study import analysis, plots, verdict
 from pods.study.curves import load_runs, mean_curve, regular_grid, time_to_target
 
 from pods.study.tables import summary_markdown, write_csv
-from pods.training.config import parse_method
+from pods.vocabulary import parse_method
 from pods.atomic import atomic_write_text
 from pods.paper.release import setting_method, setting_prefix
 

@@ -13,8 +13,7 @@ import numpy as np
 import pandas as pd
 
 from pods import runs as runfiles
-from pods.layout import RUN_KEY, run_path
-from pods.training.config import method_name, parse_method
+from pods.vocabulary import RUN_KEY, method_for, parse_method, run_path
 from pods.atomic import atomic_write_text, write_json, write_yaml
 from pods.paper.release import (CLUSTERS, FAMILIES, RELEASE_COMMIT, RELEASE_REPO,
                                 RUNS_PER_SETTING, SINGLE_GPU_HARDWARE, SINGLE_GPU_SETTINGS,
@@ -213,7 +212,7 @@ def import_cluster(src: Path, name: str, cluster: Cluster, out: Path) -> tuple[l
         b = length[key].loc[length[key][LEN_METRIC].notna(), ["time", "_step", LEN_METRIC]]
         merged = a.merge(b, on="time", how="outer", suffixes=("", "_len")).sort_values("time")
         merged["_step"] = merged["_step"].fillna(merged["_step_len"])
-        method = method_name("identity" if n == m else "max_variance", n, m)
+        method = method_for(n, m, "max_variance").name
         try:
             optimizer_steps = inferred_optimizer_steps(merged["_step"].astype(int).tolist(), ga, cluster.eval_log_calls)
         except ValueError as exc:

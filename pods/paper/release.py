@@ -12,7 +12,7 @@ from typing import Mapping
 
 import yaml
 
-from pods.training.config import method_name
+from pods.vocabulary import method_for
 from pods.atomic import atomic_write_bytes, atomic_write_text
 
 RELEASE_REPO = "YixuanEvenXu/pods"
@@ -85,7 +85,7 @@ def setting_prefix(family: str, rule: str | None, n: int, m: int, beta: str | No
 
 
 def setting_method(rule: str | None, n: int, m: int) -> str:
-    return method_name("identity" if n == m else RULES[rule], n, m)
+    return method_for(n, m, RULES[rule]).name
 
 
 def release_files() -> list[str]:

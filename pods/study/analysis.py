@@ -23,7 +23,7 @@ Study file (`pods analyze --study FILE`): YAML, either a list of comparisons or 
     - benchmark: gsm8k              # run-directory components (required)
       hardware: l40s-lora
       design: equal_update          # equal_update | equal_generation (required)
-      baseline: grpo-n16-m16        # method names, see pods.training.config.method_name (required)
+      baseline: grpo-n16-m16        # method names, see pods.vocabulary.method_name (required)
       method: pods-max_variance-n64-m16
       eval_set: gsm8k               # optional when the runs have a single eval set
       grid_s: 1800                  # optional grid spacing in seconds; inferred when absent
@@ -56,9 +56,9 @@ import yaml
 
 from pods.study import stats, verdict
 from pods.atomic import atomic_write_text
-from pods.training.config import parse_method
+from pods.vocabulary import parse_method
 from pods.study.model import load_schema, validate
-from pods.training.timing import STEP_PHASES as PHASES
+from pods.vocabulary import STEP_PHASES as PHASES
 from pods.study.curves import (AXES, DEFAULT_ALIGN, RUN_KEYS, default_grid, load_runs, regular_grid, seed_matrix,
                                step_time_table)
 from pods.study.tables import summary_markdown, to_markdown, verdict_table, write_csv

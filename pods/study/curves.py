@@ -19,10 +19,10 @@ import numpy as np
 import pandas as pd
 
 from pods import runs as runfiles
-from pods.layout import RUN_GLOB, RUN_KEY
+from pods.vocabulary import RUN_GLOB, RUN_KEY
 from pods.study import stats
 from pods.registry import Registry
-from pods.training.timing import STEP_PHASES as PHASES
+from pods.vocabulary import STEP_PHASES as PHASES
 
 RUN_KEYS = list(RUN_KEY)  # the run-directory components, as the tables' first columns
 EVAL_COLUMNS = RUN_KEYS + ["step", "train_time_s", "eval_set", "accuracy", "mean_length"]

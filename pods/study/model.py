@@ -38,16 +38,15 @@ import jsonschema
 import yaml
 
 from pods.training import hub
-from pods.training.config import Method, TrainConfig, parse_method, parse_value, read_config_file, resolve_train_config
+from pods.training.config import TrainConfig, parse_value, read_config_file, resolve_train_config
+from pods.vocabulary import DESIGNS, Arm, Design, Method, parse_method
 from pods.training.warmstart_config import load_warmstart_config
 from pods.registry import Registry
-from pods.layout import run_path
+from pods.vocabulary import run_path
 
 # Package data (config/schema.yaml links to it): read through importlib.resources, so an
 # installed wheel has it too.
 SCHEMA = Path(str(resources.files("pods") / "data" / "schema.yaml"))
-# the designs a comparison may have, as the schema's enum spells them (docs/paper.md 2.1.6 and 2.2)
-DESIGNS = tuple(yaml.safe_load(SCHEMA.read_text())["definitions"]["comparison"]["properties"]["design"]["enum"])
 # Comparison keys that only the analysis reads (the study-file format of pods.study.analysis).
 ANALYSIS_KEYS = ("grid_s", "t_max_s", "eval_set", "align", "target_accuracy", "axis")
 # Comparison names with a figure of their own (pods.study.plots): `main` (accuracy per design) and the
@@ -67,11 +66,12 @@ class StudyError(ValueError):
 # ---------------------------------------------------------------------------------------------
 def load_schema(path: str | Path = SCHEMA) -> dict:
     """The study schema, with the name lists that registries define filled in as enums (the file
-    states none of them): how curves are aligned, what they are aligned by, how runs launch."""
+    states none of them): the designs, how curves are aligned, what they are aligned by, how runs launch."""
     from pods.study.curves import ALIGNERS, AXES
 
     schema = yaml.safe_load(Path(path).read_text())
     definitions = schema["definitions"]
+    definitions["comparison"]["properties"]["design"]["enum"] = list(DESIGNS)
     definitions["comparison"]["properties"]["align"]["enum"] = list(ALIGNERS)
     definitions["comparison"]["properties"]["axis"]["enum"] = list(AXES)
     definitions["hardware_profile"]["properties"]["launcher"]["enum"] = list(LAUNCHERS)
@@ -397,23 +397,12 @@ class Study:
         """The paper's two designs fix what the arms share (docs/paper.md 2.1.6 and 2.2)."""
         if comparison.name in UNCHECKED_DESIGN:
             return
-        where = comparison.where
-        baseline, method = parse_method(comparison.baseline), parse_method(comparison.method)
-        if comparison.design == "equal_update" and method.m != baseline.m:
-            raise StudyError(
-                f"{where}: equal_update trains the same m in both arms, but the baseline "
-                f"{baseline.name} trains m={baseline.m} and {method.name} trains m={method.m}"
-            )
-        if comparison.design == "equal_generation":
-            base_n, method_n = (self.rollouts_per_prompt(Run(comparison.benchmark, comparison.hardware, arm.name,
-                                                             comparison.seeds[0]))
-                                for arm in (baseline, method))
-            if base_n != method_n:
-                raise StudyError(
-                    f"{where}: equal_generation generates as many rollouts per prompt in both arms, but on "
-                    f"{comparison.benchmark}/{comparison.hardware} the baseline {baseline.name} generates {base_n} "
-                    f"and {method.name} generates {method_n}"
-                )
+        baseline, method = (Arm(parse_method(name), self.rollouts_per_prompt(
+                                Run(comparison.benchmark, comparison.hardware, name, comparison.seeds[0])))
+                            for name in (comparison.baseline, comparison.method))
+        problem = Design(comparison.design).violation(baseline, method)
+        if problem:
+            raise StudyError(f"{comparison.where} on {comparison.benchmark}/{comparison.hardware}: {problem}")
 
     def rollouts_per_prompt(self, run: Run) -> int:
         """Rollouts the run generates per prompt, as its trainer resolves them (`rollouts_per_prompt:

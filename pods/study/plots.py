@@ -33,8 +33,8 @@ from pods.study import analysis, stats, verdict  # noqa: E402
 from pods.study.curves import ALIGNERS, DEFAULT_ALIGN, RUN_KEYS, check_columns, default_grid, isotonic_fit, load_runs, mean_curve  # noqa: E402
 
 from pods.study.tables import _fmt  # noqa: E402
-from pods.training.config import parse_method  # noqa: E402
-from pods.study.model import DESIGNS, PLOT_KINDS  # noqa: E402
+from pods.study.model import PLOT_KINDS  # noqa: E402
+from pods.vocabulary import DESIGNS, parse_method  # noqa: E402
 
 # Paul Tol's colours as the paper uses them, softened the same way; GRPO first (red)
 PALETTE = ["#BB0011", "#1166CC", "#00AA55", "#EE6611", "#AA4499", "#44AA99", "#777777"]

@@ -13,7 +13,7 @@ import pandas as pd
 
 from pods.study import stats, verdict
 from pods.atomic import atomic_write_text
-from pods.training.config import parse_method
+from pods.vocabulary import parse_method
 
 
 def read_summary(path: str | os.PathLike) -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""Configuration and the names shared by the CLI, the workflow, the run directories and the plots."""
+"""The training configuration: `TrainConfig`, every knob documented where it is defined, and its checks."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,69 +8,9 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Mapping, Sequence
 
-from pods.layout import RUN_LAYOUT
-
-
-class Method(NamedTuple):
-    """What a run's `method` path component encodes."""
-
-    rule: str  # "identity" for vanilla GRPO (m == n)
-    n: int
-    m: int
-    dynamic: bool = False  # DAPO's dynamic sampling (TrainConfig.dynamic_sampling)
-
-    @property
-    def is_grpo(self) -> bool:
-        """Vanilla GRPO: every rollout of every group trained, no group dropped."""
-        return self.rule == "identity" and not self.dynamic
-
-    @property
-    def name(self) -> str:
-        return method_name(self.rule, self.n, self.m, self.dynamic)
-
-    @property
-    def label(self) -> str:
-        """Plot-legend text, in the same vocabulary."""
-        if self.rule == "identity":
-            return f"{'DAPO' if self.dynamic else 'GRPO'} (n={self.n}, m={self.m})"
-        return f"{'DAPO + ' if self.dynamic else ''}PODS {self.rule} (n={self.n}, m={self.m})"
-
-
-# grpo-n16-m16 | pods-<rule>-n64-m16 | dapo-n16-m16 | dapo-<rule>-n64-m16
-_METHOD_RE = re.compile(r"^(?P<kind>grpo|pods|dapo)(?:-(?P<rule>[a-z_]+))?-n(?P<n>\d+)-m(?P<m>\d+)$")
-# the same, unanchored and without group names: the Snakemake wildcard constraint of `method`
-METHOD_PATTERN = re.sub(r"\(\?P<\w+>", "(", _METHOD_RE.pattern)[1:-1]
-
-
-def method_name(rule: str, n: int, m: int, dynamic: bool = False) -> str:
-    """`grpo-n16-m16` for vanilla GRPO, `pods-max_variance-n64-m16` for a down-sampled run; with
-    DAPO's dynamic sampling `dapo-n16-m16` and `dapo-max_variance-n64-m16`."""
-    if m > n or m < 1:
-        raise ValueError(f"method needs 1 <= m <= n, got n={n}, m={m}")
-    if rule == "identity":
-        if m != n:
-            raise ValueError(f"rule 'identity' keeps every rollout, so it needs m == n (got n={n}, m={m})")
-        return f"{'dapo' if dynamic else 'grpo'}-n{n}-m{m}"
-    if m == n:
-        raise ValueError(f"rule {rule!r} with m == n (= {n}) selects nothing away: use rule 'identity'")
-    return f"{'dapo' if dynamic else 'pods'}-{rule}-n{n}-m{m}"
-
-
-def parse_method(name: str) -> Method:
-    """Inverse of `method_name`."""
-    match = _METHOD_RE.match(name)
-    kind, rule = (match["kind"], match["rule"]) if match else (None, None)
-    if match is None or (kind == "grpo" and rule) or (kind == "pods" and not rule):
-        raise ValueError(
-            f"method {name!r} is not of the form 'grpo-n<N>-m<N>', 'pods-<rule>-n<N>-m<M>', 'dapo-n<N>-m<N>' "
-            "or 'dapo-<rule>-n<N>-m<M>'"
-        )
-    n, m = int(match["n"]), int(match["m"])
-    rule = rule or "identity"
-    method_name(rule, n, m)  # validates n, m against the rule
-    return Method(rule, n, m, kind == "dapo")
+from pods.vocabulary import RUN_LAYOUT, method_name
 
 
 # --- the training configuration ------------------------------------------------------------------

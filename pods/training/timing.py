@@ -9,7 +9,7 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager
 
-STEP_PHASES = ("generate", "reward", "select", "logprob", "update")
+from pods.vocabulary import STEP_PHASES
 
 
 class TrainClock:

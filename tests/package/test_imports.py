@@ -36,6 +36,17 @@ def test_imports_run_one_way_between_the_rooms():
     assert violations(GRAPH, PLACED) == []
 
 
+def test_the_vocabulary_is_a_leaf():
+    """pods.vocabulary is what every side speaks: it imports nothing of the package, so no side
+    depends on another to spell a run path, a method name, a design or a step phase."""
+    assert GRAPH["pods.vocabulary"] == set()
+
+
+def test_the_shared_modules_import_no_room():
+    assert [f"{m} imports {t}" for m in GRAPH if room_of(m, PLACED) == "shared"
+            for t in sorted(GRAPH[m] - {"pods"}) if room_of(t, PLACED) != "shared"] == []
+
+
 def test_the_graph_sees_lazy_imports_and_the_checks_find_what_they_look_for(tmp_path):
     package = tmp_path / "toy"
     (package / "sub").mkdir(parents=True)

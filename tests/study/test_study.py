@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from pods.training import hub
-from pods.training.config import TrainConfig, load_train_config, parse_method
+from pods.training.config import TrainConfig, load_train_config
+from pods.vocabulary import parse_method
 from pods.study.model import LAUNCHERS, Run, Study, StudyError, load_study_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -215,9 +216,9 @@ MAIN = dict(name="main", benchmarks=["arith"], hardware=["cpu"])
 
 @pytest.mark.parametrize("comparison,message", [
     (dict(MAIN, design="equal_update", baseline="grpo-n16-m16", methods=["pods-max_variance-n64-m8"]),
-     r"comparisons\[0\].methods\[0\]: equal_update trains the same m in both arms"),
+     r"comparisons\[0\].methods\[0\] on arith/cpu: equal_update trains the same m in both arms"),
     (dict(MAIN, design="equal_generation", baseline="grpo-n64-m64", methods=["pods-max_variance-n32-m16"]),
-     r"comparisons\[0\].methods\[0\]: equal_generation generates as many rollouts per prompt in both arms"),
+     r"comparisons\[0\].methods\[0\] on arith/cpu: equal_generation generates as many rollouts per prompt in both arms"),
     (dict(MAIN, design="equal_update", baseline="grpo-n16-m16", methods=["pods-max_variance-n64-m16"],
           benchmarks=["gsm9k"]), r"comparisons\[0\].benchmarks: 'gsm9k' is not declared under `benchmarks`"),
     (dict(MAIN, design="equal_update", baseline="grpo-n16-m16", methods=["pods-max_variance-n64-m16"],
@@ -270,8 +271,9 @@ def test_the_committed_runs_are_what_the_study_resolves_now(layer):
 
 
 def test_the_schemas_design_enum_is_the_packages():
-    """The designs are spelled once in pods.study.model; the schema's enum is checked against them."""
-    from pods.study.model import DESIGNS, load_schema
+    """The designs are spelled once in pods.vocabulary; every enum of the schema read is theirs."""
+    from pods.study.model import load_schema
+    from pods.vocabulary import DESIGNS
 
     schema = load_schema()
     enums = []
@@ -373,13 +375,14 @@ def test_reading_the_default_study_imports_no_model_library():
 
 
 def test_the_schema_takes_its_name_lists_from_the_registries_that_define_them():
-    """config/schema.yaml states no list of aligners, axes or launchers: load_schema fills them in
+    """config/schema.yaml states no list of designs, aligners, axes or launchers: load_schema fills them in
     from the registries, so a new entry is one line in one registry and a typo is refused by key."""
     from pods.study.curves import ALIGNERS, AXES
     from pods.study.model import SCHEMA, load_schema
+    from pods.vocabulary import DESIGNS
 
     raw, schema = yaml.safe_load(SCHEMA.read_text())["definitions"], load_schema()["definitions"]
-    keys = [("comparison", "align", list(ALIGNERS)), ("comparison", "axis", list(AXES)),
+    keys = [("comparison", "design", list(DESIGNS)), ("comparison", "align", list(ALIGNERS)), ("comparison", "axis", list(AXES)),
             ("hardware_profile", "launcher", list(LAUNCHERS))]
     for definition, key, names in keys:
         assert "enum" not in raw[definition]["properties"][key]

@@ -2,7 +2,8 @@
 import pytest
 import yaml
 
-from pods.training.config import TrainConfig, load_train_config, parse_method
+from pods.training.config import TrainConfig, load_train_config
+from pods.vocabulary import parse_method
 
 
 def test_defaults_validate_and_name_the_run():

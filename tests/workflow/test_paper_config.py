@@ -9,7 +9,8 @@ import jsonschema
 import pytest
 import yaml
 
-from pods.training.config import TrainConfig, load_train_config, parse_method
+from pods.training.config import TrainConfig, load_train_config
+from pods.vocabulary import parse_method
 from pods.training.rollout import ROLLOUT_ENGINES
 from pods.training.rollout.vllm import VLLMOptions
 from pods.training.update import UPDATE_ENGINES

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pods.training.config import parse_method
+from pods.vocabulary import parse_method
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
