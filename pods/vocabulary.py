@@ -91,11 +91,16 @@ def method_name(rule: str, n: int, m: int, dynamic: bool = False) -> str:
     return f"{'dapo' if dynamic else 'pods'}-{rule}-n{n}-m{m}"
 
 
+def kept_rule(n: int, m: int, rule: str) -> str:
+    """The rule a run that keeps m of n with `rule` runs: every rule keeps all n when m == n, and
+    that is `identity` (vanilla GRPO) whatever rule is named."""
+    return "identity" if m == n else rule
+
+
 def method_for(n: int, m: int, rule: str, dynamic: bool = False) -> Method:
-    """The method that keeps m of n with `rule`: every rule keeps all n when m == n, so that is
-    `identity` (vanilla GRPO) whatever rule is named. ValueError unless 1 <= m <= n, and for
-    `identity` with m < n."""
-    method = Method("identity" if m == n else rule, n, m, dynamic)
+    """The method that keeps m of n with `rule` (`kept_rule`: `identity` when m == n). ValueError
+    unless 1 <= m <= n, and for `identity` with m < n."""
+    method = Method(kept_rule(n, m, rule), n, m, dynamic)
     method_name(*method)  # checks n, m against the rule
     return method
 

@@ -5,12 +5,11 @@ import dataclasses
 import difflib
 import inspect
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from pods.vocabulary import RUN_LAYOUT, method_name
+from pods.vocabulary import RUN_LAYOUT, kept_rule, method_for
 
 
 # --- the training configuration ------------------------------------------------------------------
@@ -163,8 +162,8 @@ class TrainConfig:
     )
 
     # ---- engines and numerics
-    rollout_engine: str = field(default="hf", metadata={"help": "Rollout engine in `pods.training.rollout.ROLLOUT_ENGINES`."})
-    update_engine: str = field(default="torch", metadata={"help": "Update engine in `pods.training.update.UPDATE_ENGINES`."})
+    rollout_engine: str = field(default="hf", metadata={"help": "Rollout engine in `pods.training.engines.ROLLOUT_ENGINES`."})
+    update_engine: str = field(default="torch", metadata={"help": "Update engine in `pods.training.engines.UPDATE_ENGINES`."})
     precision: str = field(default="fp32", metadata={"help": "fp32, or bf16/fp16 autocast for the update."})
     num_threads: int = field(
         default=1, metadata={"help": "torch CPU threads (1 keeps parallel runs on a shared CPU from interfering)."}
@@ -212,7 +211,7 @@ class TrainConfig:
     # ---- derived values
     @property
     def method(self) -> str:
-        return method_name(self.rule, self.n, self.m, self.dynamic_sampling)
+        return method_for(self.n, self.m, self.rule, self.dynamic_sampling).name
 
     @property
     def groups_per_prompt(self) -> int:
@@ -254,16 +253,20 @@ class TrainConfig:
 
     # ---- validation
     def validate(self) -> "TrainConfig":
-        """Check every field and resolve `rule`; raises ValueError naming the key. Returns self."""
+        """Check every field against the others and the registries that name its values; returns self.
+
+        Reads the configuration only: it changes nothing (`resolve_train_config` then resolves `rule`
+        to `identity` when m == n) and imports no engine (the engines' own option checks are `pods.training.engines`'). The
+        first problem raises `ConfigError`, whose `key` names the field.
+        """
         from pods.grpo import LOSS_AGGREGATIONS
-        from pods.training.rollout import ROLLOUT_ENGINES
         from pods.selection import SELECTION_RULES
-        from pods.training.tasks import TASKS
-        from pods.training.update import UPDATE_ENGINES
+        from pods.training.engines import ROLLOUT_ENGINES, UPDATE_ENGINES, check_report_to
+        from pods.training.tasks import TASKS, task_class
 
         def need(ok: bool, key: str, what: str) -> None:
             if not ok:
-                raise ValueError(f"config key {key!r}: {what}, got {getattr(self, key)!r}")
+                raise ConfigError(key, f"config key {key!r}: {what}, got {getattr(self, key)!r}")
 
         def choice(key: str, options) -> None:
             need(getattr(self, key) in options, key, f"must be one of {', '.join(sorted(options))}")
@@ -272,14 +275,12 @@ class TrainConfig:
         try:  # the options must fit the task's factory; checked now, the task is built later
             inspect.signature(TASKS[self.benchmark]).bind_partial(**self.task_options)
         except TypeError as exc:
-            raise ValueError(f"config key 'task_options': {exc} (benchmark {self.benchmark!r})") from None
+            raise ConfigError("task_options", f"config key 'task_options': {exc} (benchmark {self.benchmark!r})") from None
         need(self.n >= 1, "n", "must be >= 1")
         need(1 <= self.m <= self.n, "m", f"must satisfy 1 <= m <= n (n = {self.n})")
         choice("rule", SELECTION_RULES)
-        if self.m == self.n:
-            self.rule = "identity"
-        else:
-            need(self.rule != "identity", "rule", f"'identity' keeps every rollout, so it needs m == n (n={self.n}, m={self.m})")
+        need(self.rule != "identity" or self.m == self.n, "rule",
+             f"'identity' keeps every rollout, so it needs m == n (n={self.n}, m={self.m})")
         need(self.m >= 2, "m", "must be >= 2 (a group advantage needs two rewards)")
         need(self.max_generation_rounds >= 1, "max_generation_rounds", "must be >= 1")
         # the deepspeed engine's batch is fixed when it is built; a dynamically sampled step's is not
@@ -289,13 +290,6 @@ class TrainConfig:
         choice("loss_agg", LOSS_AGGREGATIONS)
         choice("rollout_engine", ROLLOUT_ENGINES)
         choice("update_engine", UPDATE_ENGINES)
-        from pods.registry import load
-
-        for entry in (ROLLOUT_ENGINES[self.rollout_engine], UPDATE_ENGINES[self.update_engine]):
-            if entry.options is not None:  # the engine's own checks, now rather than after the model loads
-                load(entry.options).from_config(self)
-        from pods.training.tasks import task_class
-
         need(self.seed >= 0, "seed", "must be >= 0")
         seeds = task_class(self.benchmark).seed_limit
         need(seeds is None or self.seed < seeds, "seed",
@@ -309,29 +303,36 @@ class TrainConfig:
             need(getattr(self, key) >= 1, key, "must be >= 1")
         for key in ("lr", "temperature", "eval_temperature"):
             need(getattr(self, key) > 0, key, "must be > 0")
-        for key in ("weight_decay", "max_grad_norm", "beta", "eps_low", "eps_high", "checkpoint_every_s", "lr_warmup_steps"):
+        for key in ("weight_decay", "max_grad_norm", "beta", "eps_low", "eps_high", "checkpoint_every_s",
+                    "lr_warmup_steps"):
             need(getattr(self, key) >= 0, key, "must be >= 0")
         for key in ("adam_beta1", "adam_beta2"):
             need(0 <= getattr(self, key) < 1, key, "must be in [0, 1)")
         need(self.max_train_time_s is None or self.max_train_time_s > 0, "max_train_time_s", "must be > 0 or null")
         need(self.max_steps is None or self.max_steps >= 1, "max_steps", "must be >= 1 or null")
-        need(self.rollouts_per_prompt is None or (self.rollouts_per_prompt >= self.n and self.rollouts_per_prompt % self.n == 0),
+        need(self.rollouts_per_prompt is None
+             or (self.rollouts_per_prompt >= self.n and self.rollouts_per_prompt % self.n == 0),
              "rollouts_per_prompt", f"must be null or a multiple of n = {self.n}")
-        need(
-            self.max_train_time_s is not None or self.max_steps is not None,
-            "max_steps",
-            "needs a budget: set max_steps or max_train_time_s",
-        )
+        need(self.max_train_time_s is not None or self.max_steps is not None, "max_steps",
+             "needs a budget: set max_steps or max_train_time_s")
         need(self.eval_every_s is None or self.eval_every_s > 0, "eval_every_s", "must be > 0 or null")
         need(self.eval_every_steps is None or self.eval_every_steps >= 1, "eval_every_steps", "must be >= 1 or null")
         need(self.eval_items is None or self.eval_items >= 1, "eval_items", "must be >= 1 or null")
-        need(not (self.eval_greedy and self.eval_repeats > 1), "eval_repeats", "must be 1 with eval_greedy (repeats would be identical)")
-        from pods.training.tracking import check_report_to
-
+        need(not (self.eval_greedy and self.eval_repeats > 1), "eval_repeats",
+             "must be 1 with eval_greedy (repeats would be identical)")
         need(check_report_to(self.report_to) is None, "report_to", check_report_to(self.report_to) or "")
         for key in ("hardware", "run_dir", "base_model", "device"):
             need(bool(getattr(self, key)), key, "must not be empty")
         return self
+
+
+class ConfigError(ValueError):
+    """A config value a run cannot use. `key` names the field as data, so that a caller can say
+    which file or layer set it without reading the message."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
@@ -356,7 +357,7 @@ def coerce_field(fields: Mapping[str, dataclasses.Field], key: str, value: Any, 
     if value is None:
         if optional:
             return None
-        raise ValueError(f"{word} {key!r} must not be null")
+        raise ConfigError(key, f"{word} {key!r} must not be null")
     base = annotation.replace(" | None", "")
     if base == "bool":
         if isinstance(value, bool):
@@ -377,7 +378,7 @@ def coerce_field(fields: Mapping[str, dataclasses.Field], key: str, value: Any, 
                 pass
         if number is not None:
             if not math.isfinite(number):
-                raise ValueError(f"{word} {key!r} must be a finite number, got {value!r}")
+                raise ConfigError(key, f"{word} {key!r} must be a finite number, got {value!r}")
             return number
     elif base == "str":
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
@@ -390,7 +391,7 @@ def coerce_field(fields: Mapping[str, dataclasses.Field], key: str, value: Any, 
             return [value] if value else []
         if isinstance(value, list) and all(isinstance(item, str) for item in value):
             return value
-    raise ValueError(f"{word} {key!r} must be {base}{' or null' if optional else ''}, got {value!r}")
+    raise ConfigError(key, f"{word} {key!r} must be {base}{' or null' if optional else ''}, got {value!r}")
 
 
 def check_field_name(fields: Mapping[str, dataclasses.Field], key: str, where: str, word: str = "config key") -> None:
@@ -455,6 +456,8 @@ def resolve_train_config(layers: Sequence[tuple[str, Mapping[str, Any]]], *, cit
     bad value names the layer that set it last (`pods train` has only its file and its overrides,
     and says so without it).
     """
+    from pods.training.engines import check_engine_options
+
     values: dict[str, Any] = {}
     origin: dict[str, str] = {}
     for where, layer in layers:
@@ -462,11 +465,13 @@ def resolve_train_config(layers: Sequence[tuple[str, Mapping[str, Any]]], *, cit
             _check_key(str(key), where)
             values[key], origin[key] = value, where
     try:
-        return TrainConfig(**{key: _coerce(key, value) for key, value in values.items()}).validate()
-    except ValueError as exc:
-        match = re.match(r"config key '(\w+)'", str(exc))
-        if cite and match and match[1] in origin:
-            raise ValueError(f"{exc} (set in {origin[match[1]]})") from None
+        cfg = TrainConfig(**{key: _coerce(key, value) for key, value in values.items()}).validate()
+        # the rule the run runs: `identity` when m == n (every rule keeps all n then)
+        cfg = dataclasses.replace(cfg, rule=kept_rule(cfg.n, cfg.m, cfg.rule))
+        return check_engine_options(cfg)  # and the chosen engines' own checks of their options
+    except ConfigError as exc:
+        if cite and exc.key in origin:
+            raise ConfigError(exc.key, f"{exc} (set in {origin[exc.key]})") from None
         raise
 
 

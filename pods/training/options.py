@@ -24,6 +24,8 @@ import inspect
 import typing
 from typing import TypeVar
 
+from pods.training.config import ConfigError, TrainConfig  # noqa: F401 (ConfigError: what an engine's checks raise)
+
 T = TypeVar("T", bound="EngineOptions")
 
 
@@ -36,14 +38,12 @@ class EngineOptions:
         return cls(**values).validate()
 
     def validate(self: T) -> T:
-        """The engine's own checks of its values (ValueError naming the config key); returns self."""
+        """The engine's own checks of its values (ConfigError naming the config key); returns self."""
         return self
 
 
 def engine_options(cls: type[T]) -> type[T]:
     """`cls` as a frozen dataclass of the TrainConfig fields its annotations name."""
-    from pods.training.config import TrainConfig
-
     source = {f.name: f for f in dataclasses.fields(TrainConfig)}
     config_types = typing.get_type_hints(TrainConfig)
     own = inspect.get_annotations(cls)

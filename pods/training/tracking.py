@@ -16,28 +16,15 @@ TRACKIO_PROJECT...); the project defaults to `pods`.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
 from typing import Any, Mapping
 
-# name -> the module that must import; all three come with the `track` extra
-REPORTERS = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio"}
-EXTRA = "track"
+
 FOLDER = "tracking"  # in the run directory
 # TrainConfig keys that say where a run reports, not what it trains: a resumed run may change them
 REPORTING_KEYS = ("report_to",)
-
-
-def check_report_to(values: list) -> str | None:
-    """Why `report_to` cannot be used (an unknown name, a library not installed), or None."""
-    for name in values:
-        if name not in REPORTERS:
-            return f"{name!r} is not one of {', '.join(REPORTERS)}"
-        if importlib.util.find_spec(REPORTERS[name]) is None:
-            return f"{name!r} needs the {REPORTERS[name]} package: pip install 'pods[{EXTRA}]'"
-    return None
 
 
 def run_name(run_dir: Path) -> str:

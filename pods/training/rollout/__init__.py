@@ -1,17 +1,10 @@
-"""Rollout engines by name. Entries are import paths so that an engine's heavy dependency
-(vLLM) is imported only by the runs that use it."""
+"""Rollout engines by name (the names: `pods.training.engines.ROLLOUT_ENGINES`)."""
 from __future__ import annotations
 
 from pods.training.batches import Rollouts
-from pods.registry import EngineEntry, Registry, load
+from pods.registry import load
+from pods.training.engines import ROLLOUT_ENGINES
 from pods.training.rollout.base import RolloutEngine, encode_prompts
-
-ROLLOUT_ENGINES: Registry[EngineEntry] = Registry("rollout_engine")
-# CPU/GPU, KV cache, each prompt prefilled once
-ROLLOUT_ENGINES.add("hf", EngineEntry("pods.training.rollout.hf:HFRolloutEngine"))
-# CUDA, in-process vLLM colocated with training; weights (or the LoRA adapter) pushed after each update
-ROLLOUT_ENGINES.add("vllm", EngineEntry("pods.training.rollout.vllm:VLLMRolloutEngine",
-                                        options="pods.training.rollout.vllm:VLLMOptions"))
 
 
 def rollout_engine_class(name: str) -> type[RolloutEngine]:

@@ -31,7 +31,7 @@ import torch
 
 from pods.training.batches import Rollouts
 from pods.training.distributed import full_weights
-from pods.training.options import EngineOptions, engine_options
+from pods.training.options import ConfigError, EngineOptions, engine_options
 from pods.training.rollout.base import RolloutEngine
 
 
@@ -47,9 +47,8 @@ class VLLMOptions(EngineOptions):
 
     def validate(self) -> "VLLMOptions":
         if not 0.0 < self.vllm_gpu_memory_utilization <= 1.0:
-            raise ValueError(
-                f"config key 'vllm_gpu_memory_utilization': must be in (0, 1], got {self.vllm_gpu_memory_utilization}"
-            )
+            raise ConfigError("vllm_gpu_memory_utilization", "config key 'vllm_gpu_memory_utilization': must be in "
+                              f"(0, 1], got {self.vllm_gpu_memory_utilization}")
         return self
 
 

@@ -1,20 +1,10 @@
-"""Update engines by name. Entries are import paths so that an engine's heavy dependency
-(DeepSpeed) is imported only by the runs that use it."""
+"""Update engines by name (the names: `pods.training.engines.UPDATE_ENGINES`)."""
 from __future__ import annotations
 
 from pods.training.batches import UpdateBatch
-from pods.registry import EngineEntry, Registry, load
+from pods.registry import load
+from pods.training.engines import UPDATE_ENGINES
 from pods.training.update.base import UpdateEngine
-
-UPDATE_ENGINES: Registry[EngineEntry] = Registry("update_engine")
-# one device, AdamW
-UPDATE_ENGINES.add("torch", EngineEntry("pods.training.update.torch_engine:TorchUpdateEngine"))
-# the torch engine training a peft LoRA adapter (on a 4-bit base optionally)
-UPDATE_ENGINES.add("lora", EngineEntry("pods.training.update.lora:LoraUpdateEngine",
-                                       options="pods.training.update.lora:LoraOptions"))
-# ZeRO-1/2/3, one process per device
-UPDATE_ENGINES.add("deepspeed", EngineEntry("pods.training.update.deepspeed_engine:DeepSpeedUpdateEngine",
-                                            options="pods.training.update.deepspeed_engine:DeepSpeedOptions"))
 
 
 def update_engine_class(name: str) -> type[UpdateEngine]:

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from pods.training.distributed import import_deepspeed, world
-from pods.training.options import EngineOptions, engine_options
+from pods.training.options import ConfigError, EngineOptions, engine_options
 from pods.training.update.base import UpdateBatch, UpdateEngine, make_optimizer, warmup_schedule
 from pods.training.update.torch_engine import accumulate_gradients, step_totals, token_logprobs
 
@@ -40,7 +40,8 @@ class DeepSpeedOptions(EngineOptions):
 
     def validate(self) -> "DeepSpeedOptions":
         if self.deepspeed_zero_stage not in (0, 1, 2, 3):
-            raise ValueError(f"config key 'deepspeed_zero_stage': must be 0, 1, 2 or 3, got {self.deepspeed_zero_stage}")
+            raise ConfigError("deepspeed_zero_stage", "config key 'deepspeed_zero_stage': must be 0, 1, 2 or 3, "
+                              f"got {self.deepspeed_zero_stage}")
         return self
 
 

@@ -13,7 +13,7 @@ import importlib.util
 
 import torch
 
-from pods.training.options import EngineOptions, engine_options
+from pods.training.options import ConfigError, EngineOptions, engine_options
 from pods.training.update.base import UpdateBatch, make_optimizer, warmup_schedule
 from pods.training.update.torch_engine import TorchUpdateEngine
 
@@ -34,16 +34,16 @@ class LoraOptions(EngineOptions):
 
     def validate(self) -> "LoraOptions":
         if self.lora_rank < 1:
-            raise ValueError(f"config key 'lora_rank': must be >= 1, got {self.lora_rank}")
+            raise ConfigError("lora_rank", f"config key 'lora_rank': must be >= 1, got {self.lora_rank}")
         if self.lora_alpha <= 0:
-            raise ValueError(f"config key 'lora_alpha': must be > 0, got {self.lora_alpha}")
+            raise ConfigError("lora_alpha", f"config key 'lora_alpha': must be > 0, got {self.lora_alpha}")
         if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"config key 'optimizer': must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+            raise ConfigError("optimizer", f"config key 'optimizer': must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         if not self.target_modules:
-            raise ValueError("config key 'lora_target_modules': must name at least one module")
+            raise ConfigError("lora_target_modules", "config key 'lora_target_modules': must name at least one module")
         for key, needed in (("load_in_4bit", self.load_in_4bit), ("optimizer", self.optimizer == "adamw_8bit")):
             if needed and importlib.util.find_spec("bitsandbytes") is None:
-                raise ValueError(f"config key {key!r} needs bitsandbytes: pip install 'pods[gpu]' (or 'pods[dev]' on a CPU)")
+                raise ConfigError(key, f"config key {key!r} needs bitsandbytes: pip install 'pods[gpu]' (or 'pods[dev]' on a CPU)")
         return self
 
     @property
