@@ -11,7 +11,7 @@ from pathlib import Path
 
 from snakemake.utils import min_version
 
-from pods.study.model import load_schema, validate
+from pods.study.schema import load_schema, validate
 
 min_version("8.0")
 

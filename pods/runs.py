@@ -449,6 +449,21 @@ def run_key(run_dir: str | os.PathLike) -> dict:
         raise RunFileError(str(exc)) from None
 
 
+def read_summary(run_dir: str | os.PathLike) -> dict:
+    """A run's summary.json as it stands, whatever its status (`running`, `complete`, `failed`,
+    `interrupted`); {} before the run wrote one. Not a JSON object: RunFileError."""
+    path = Path(run_dir) / "summary.json"
+    if not path.exists():
+        return {}
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise RunFileError(f"{path}: not valid JSON ({exc.msg})") from None
+    if not isinstance(summary, dict):
+        raise RunFileError(f"{path}: expected a JSON object")
+    return summary
+
+
 def read_run(run_dir: str | os.PathLike) -> RunContents:
     """Read and check one finished run directory (RunFileError / FileNotFoundError on a problem)."""
     run_dir = Path(run_dir)
@@ -457,10 +472,7 @@ def read_run(run_dir: str | os.PathLike) -> RunContents:
     for name in ("evals.jsonl", "summary.json"):
         if not paths[name].exists():
             raise FileNotFoundError(f"{paths[name]} is missing")
-    try:
-        summary = json.loads(paths["summary.json"].read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise RunFileError(f"{paths['summary.json']}: not valid JSON ({exc.msg})") from None
+    summary = read_summary(run_dir)
     eval_records = read_jsonl_numbered(paths["evals.jsonl"], finished=True)
     check_evals(eval_records, str(paths["evals.jsonl"]), base=summary.get("base_evaluation", True) is not False)
     step_records = read_jsonl_numbered(paths["steps.jsonl"], finished=True) if paths["steps.jsonl"].exists() else []

@@ -1,4 +1,4 @@
-# The study every rule shares: one pods.study.model.Study built from the merged config (validated against
+# The study every rule shares: one pods.study.plan.Study built from the merged config (validated against
 # config/schema.yaml in the Snakefile). Building it expands the comparisons into runs, loads the
 # hardware profiles and resolves every run's trainer config, so a bad key or value in any layer
 # fails here, naming its file and key, before any job exists. The rules below are thin input
@@ -11,13 +11,15 @@ import yaml
 from pods.atomic import atomic_write_text
 from pods.vocabulary import METHOD_PATTERN
 from pods.vocabulary import RUN_KEY, run_path
-from pods.study.model import Study, run_from
+from pods.study.expansion import run_from
+from pods.study.plan import Study
 
 STUDY = Study(config, schema=STUDY_SCHEMA)
 
-RESULTS, MODELS, FIGURES = STUDY.results, STUDY.models, STUDY.figures
-RUNS, LOGS = STUDY.runs_dir, STUDY.logs
-SUMMARY_CSV, SUMMARY_MD, STUDY_FILE = STUDY.summary_csv, STUDY.summary_md, STUDY.study_file
+PATHS = STUDY.paths
+RESULTS, MODELS, FIGURES = PATHS.results, PATHS.models, PATHS.figures
+RUNS, LOGS = PATHS.runs_dir, PATHS.logs
+SUMMARY_CSV, SUMMARY_MD, STUDY_FILE = PATHS.summary_csv, PATHS.summary_md, PATHS.study_file
 RUN_DIR = run_path(RUNS, benchmark="{benchmark}", hardware="{hardware}", method="{method}", seed="{seed}")
 COMPARISONS = STUDY.study_rows()
 
@@ -71,7 +73,7 @@ def run_files():
     writes when the run is still to be trained or resumed (a failed run's summary.json, which
     `pods analyze` then refuses naming the failure)."""
     files = []
-    for path in map(STUDY.run_dir, STUDY.runs):
+    for path in map(PATHS.run_dir, STUDY.runs):
         files += [f"{path}/evals.jsonl", f"{path}/steps.jsonl"] if path in FINISHED else [f"{path}/summary.json"]
     return files
 
@@ -80,7 +82,7 @@ def cached_results():
     """The `figures` target: tables and figures from finished runs only, never a training job."""
     if FAILED:
         raise ValueError(failed_runs_message())
-    todo = [path for path in map(STUDY.run_dir, STUDY.runs) if path not in FINISHED]
+    todo = [path for path in map(PATHS.run_dir, STUDY.runs) if path not in FINISHED]
     if todo:
         raise ValueError(
             f"figures: {len(todo)} of the study's {len(STUDY.runs)} runs have no finished results "

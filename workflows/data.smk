@@ -19,7 +19,7 @@ rule warmstart:
     input:
         WARMSTART_CODE,
     output:
-        marker=STUDY.warmstart_marker("{benchmark}"),
+        marker=PATHS.warmstart_marker("{benchmark}"),
     params:
         cmd=lambda wc: STUDY.warmstart_command(wc.benchmark),
     threads: config["warmstart"]["threads"]
@@ -32,13 +32,13 @@ rule warmstart:
         "{params.cmd} > {log} 2>&1"
 
 
-# One job per hub id the study's runs read (pods.study.model.Study.hub_needs), at the revision
+# One job per hub id the study's runs read (pods.study.run_configs.RunConfig.hub_needs), at the revision
 # hub_revisions pins; the folder's hub.json (written last) records the commit fetched. It runs on
 # the machine Snakemake runs on (`localrule`): cluster login nodes reach the hub, compute nodes
 # often do not, and train jobs never download.
 rule fetch_hub:
     output:
-        marker=f"{STUDY.models}/hub/{{repo_type}}s/{{hub_id}}/hub.json",
+        marker=f"{MODELS}/hub/{{repo_type}}s/{{hub_id}}/hub.json",
     wildcard_constraints:
         repo_type="model|dataset",
         hub_id=r"[A-Za-z0-9][\w.-]*/[\w.-]+",

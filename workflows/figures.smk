@@ -6,7 +6,7 @@
 # {name}-{axis}; every (benchmark, hardware) gets the
 # completion-length curves and the seconds-per-step bars split by phase.
 
-from pods.study.model import ABLATIONS, PLOT_KINDS
+from pods.study.expansion import ABLATIONS, PLOT_KINDS
 
 FIGURE = FIGURES + "/{benchmark}/{hardware}/{kind}{design}"
 

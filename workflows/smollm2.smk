@@ -10,7 +10,7 @@
 # Converting takes about two minutes on one core (dequantising the weights, rebuilding the
 # tokenizer from the GGUF vocabulary) and writes ~540 MB of fp32 weights (not in git).
 
-from pods.study.model import schema_default
+from pods.study.schema import schema_default
 
 # Run on its own (-s workflows/smollm2.smk) no config was validated: the schema's defaults apply.
 SMOLLM2_DIR = f"{config.get('models_dir', schema_default('models_dir')).rstrip('/')}/smollm2/base"

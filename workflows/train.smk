@@ -1,5 +1,5 @@
 # One job per run: (benchmark, hardware, method, seed). The hardware profile decides the launcher,
-# the cores and the scheduler resources; the trainer command is built by pods.study.model.
+# the cores and the scheduler resources; the trainer command is built by pods.study.plan.
 #
 # Interrupted runs. The trainer checkpoints into its run directory and resumes from there on its
 # own, so the run directory must survive a killed job. The only declared output is summary.json
@@ -24,11 +24,11 @@
 
 def train_inputs(wc):
     inputs = {"trainer_config": ancient(STUDY.trainer_config)}
-    marker = STUDY.base_model_marker(wc.benchmark)
+    marker = PATHS.base_model_marker(wc.benchmark)
     if marker:
         inputs["base_model"] = ancient(marker)
-    for i, (kind, hub_id) in enumerate(STUDY.hub_needs(run_from(wc))):
-        inputs[f"hub_{i}"] = ancient(STUDY.hub_marker(kind, hub_id))
+    for i, (kind, hub_id) in enumerate(STUDY.run_config(run_from(wc)).hub_needs):
+        inputs[f"hub_{i}"] = ancient(PATHS.hub_marker(kind, hub_id))
     return inputs
 
 

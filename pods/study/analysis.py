@@ -57,7 +57,7 @@ import yaml
 from pods.study import stats, verdict
 from pods.atomic import atomic_write_text
 from pods.vocabulary import parse_method
-from pods.study.model import load_schema, validate
+from pods.study.schema import load_schema, validate
 from pods.vocabulary import STEP_PHASES as PHASES
 from pods.study.curves import (AXES, DEFAULT_ALIGN, RUN_KEYS, default_grid, load_runs, regular_grid, seed_matrix,
                                step_time_table)

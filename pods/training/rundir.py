@@ -29,7 +29,7 @@ from pods.atomic import read_yaml, write_json, write_yaml
 from pods.training.config import TrainConfig
 from pods.training.distributed import all_sum, barrier, world
 from pods.runs import (RUN_FILES, RunDirError, RunFailed, RunLock, append_jsonl, build_summary, describe_holder,
-                       produced_files, read_jsonl, truncate_jsonl)
+                       produced_files, read_jsonl, read_summary, RunFileError, truncate_jsonl)
 from pods.training.tracking import FOLDER as TRACKING
 from pods.training.tracking import REPORTING_KEYS, Tracker, hardware_profile
 
@@ -188,11 +188,6 @@ class RunDirectory:
 
 
 # --- the run directory's state, read before anything is loaded -----------------------------------
-def read_summary(run_dir: Path) -> dict:
-    path = run_dir / "summary.json"
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
 def saved_config_differences(cfg: TrainConfig, run_dir: Path) -> list[str]:
     """`key=saved, not new` for every key (but a budget) where the run directory's config differs."""
     path = run_dir / "config.yaml"
@@ -217,8 +212,8 @@ def inspect_run_dir(cfg: TrainConfig, run_dir: Path) -> dict | None:
     summary = None
     if "summary.json" in files:
         try:
-            summary = json.loads((run_dir / "summary.json").read_text())
-        except json.JSONDecodeError:
+            summary = read_summary(run_dir)
+        except RunFileError:
             raise RunDirError(f"{run_dir}/summary.json is not valid JSON; pass --restart to train the run "
                               "again from step 0, or delete the folder") from None
     status = (summary or {}).get("status")

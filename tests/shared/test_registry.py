@@ -8,7 +8,7 @@ from pods.registry import Registry
 from pods.training.rollout import ROLLOUT_ENGINES
 from pods.selection import SELECTION_RULES
 from pods.study.stats import ADJUSTMENTS, BOOTSTRAP_INTERVALS, SEED_STATISTICS, TIME_RULES
-from pods.study.model import LAUNCHERS
+from pods.study.hardware import LAUNCHERS
 from pods.training.tasks import TASKS
 from pods.training.tasks.rewards import METRICS, REWARDS
 from pods.training.update import UPDATE_ENGINES

@@ -1,4 +1,4 @@
-"""The study model (pods.study.model) without Snakemake: expansion against brute force, each run's trainer
+"""The study plan (pods.study.plan and its parts) without Snakemake: expansion against brute force, each run's trainer
 config as `pods train` resolves it from the command, the precedence of the layers, and every way a
 study config can be wrong failing when the study is built, naming the file and key."""
 from __future__ import annotations
@@ -13,7 +13,10 @@ import yaml
 from pods.training import hub
 from pods.training.config import TrainConfig, load_train_config
 from pods.vocabulary import parse_method
-from pods.study.model import LAUNCHERS, Run, Study, StudyError, load_study_config
+from pods.study.expansion import Run
+from pods.study.hardware import LAUNCHERS
+from pods.study.plan import Study
+from pods.study.schema import StudyError, load_study_config
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = ["config/smoke.yaml", "config/ablations.yaml", "config/decide.yaml", "config/large.yaml",
@@ -72,11 +75,11 @@ def test_each_command_resolves_to_the_checked_config(layer):
     for run in s.runs:
         command = s.train_command(run)
         resolved = load_train_config(s.trainer_config, command_overrides(command))
-        assert resolved == s.train_configs[run]
+        assert resolved == s.run_configs[run].config
         method = parse_method(run.method)
         assert (resolved.n, resolved.m, resolved.rule, resolved.seed) == (method.n, method.m, method.rule, run.seed)
-        assert str(resolved.output_dir()) == s.run_dir(run)
-        assert s.run_dir(run) == f"{s.runs_dir}/{run.benchmark}/{run.hardware}/{run.method}/seed{run.seed}"
+        assert str(resolved.output_dir()) == s.paths.run_dir(run)
+        assert s.paths.run_dir(run) == f"{s.paths.runs_dir}/{run.benchmark}/{run.hardware}/{run.method}/seed{run.seed}"
 
 
 def test_layers_apply_in_the_documented_order(tmp_path):
@@ -89,14 +92,14 @@ def test_layers_apply_in_the_documented_order(tmp_path):
     s = study(hardware_dir=str(hw), train={"lr": 0.2, "beta": 0.2},
               benchmarks={"arith": {"base_model": "warmstart", "train": {"lr": 0.3, "n": 3}},
                           "arith_hard": {"base_model": "warmstart"}})
-    cfg = s.train_configs[Run("arith", "cpu", "grpo-n16-m16", 1)]
+    cfg = s.run_configs[Run("arith", "cpu", "grpo-n16-m16", 1)].config
     defaults = load_train_config("config/train-cpu.yaml")
     assert (cfg.weight_decay, cfg.max_train_time_s) == (defaults.weight_decay, defaults.max_train_time_s)
     assert (cfg.temperature, cfg.eps_low) == (0.5, 0.1)  # the profile's
     assert cfg.beta == 0.2  # the study's over the profile's
     assert cfg.lr == 0.3  # the benchmark's over both
     assert (cfg.n, cfg.m, cfg.seed) == (16, 16, 1)  # the run's identity over everything
-    assert s.train_configs[Run("arith_hard", "cpu", "grpo-n16-m16", 1)].lr == 0.2
+    assert s.run_configs[Run("arith_hard", "cpu", "grpo-n16-m16", 1)].config.lr == 0.2
 
 
 def test_hardware_profile_defaults_come_from_the_schema(tmp_path):
@@ -132,22 +135,22 @@ def test_launchers_start_every_process_of_a_multi_node_run(tmp_path, launcher, p
     for run in s.runs:
         command = s.train_command(run)
         assert command.startswith(prefix), command
-        assert s.train_configs[run].precision == "bf16"
+        assert s.run_configs[run].config.precision == "bf16"
     assert s.profile("gpu").threads == 32 and s.resource("gpu", "slurm_partition") == "gpu"
 
 
 def test_warm_start_and_base_model_paths(tmp_path):
     s = study("config/smoke.yaml")
-    assert s.base_model_marker("arith") == "models/smoke/arith/base/warmstart.json"
+    assert s.paths.base_model_marker("arith") == "models/smoke/arith/base/warmstart.json"
     assert s.warmstart_command("arith") == (
         "pods warmstart steps=5 batch_size=16 eval_items=20 pass_items=5 pass_samples=2 benchmark=arith "
         "out_dir=models/smoke/arith/base")
     hub = study(benchmarks={"arith": {"base_model": "Qwen/Qwen2.5-0.5B"},
                             "arith_hard": {"base_model": "models/converted/base"}})
     # a hub id is fetched once (rule fetch_hub) and read from its folder
-    assert hub.base_model_marker("arith") == "models/hub/models/Qwen/Qwen2.5-0.5B/hub.json"
-    assert hub.base_model_marker("arith_hard") == "models/converted/base/config.json"  # a rule writes it
-    assert hub.train_configs[Run("arith", "cpu", "grpo-n16-m16", 0)].base_model == "models/hub/models/Qwen/Qwen2.5-0.5B"
+    assert hub.paths.base_model_marker("arith") == "models/hub/models/Qwen/Qwen2.5-0.5B/hub.json"
+    assert hub.paths.base_model_marker("arith_hard") == "models/converted/base/config.json"  # a rule writes it
+    assert hub.run_configs[Run("arith", "cpu", "grpo-n16-m16", 0)].config.base_model == "models/hub/models/Qwen/Qwen2.5-0.5B"
     assert hub.hub_fetches() == [("model", "Qwen/Qwen2.5-0.5B")]
 
 
@@ -235,7 +238,7 @@ def test_equal_generation_counts_rollouts_as_the_trainer_resolves_them():
     with pytest.raises(StudyError, match="baseline grpo-n32-m32 generates 32 and pods-max_variance-n128-m32 generates 128"):
         study(comparisons=[comparison])
     s = study(comparisons=[comparison], train={"rollouts_per_prompt": 512})
-    assert {s.rollouts_per_prompt(run) for run in s.runs} == {512}
+    assert {s.run_configs[run].rollouts_per_prompt for run in s.runs} == {512}
     # m_scaling varies m on purpose: no design check
     study(comparisons=[dict(comparison, name="m_scaling", design="equal_update")])
 
@@ -261,8 +264,8 @@ def test_the_committed_runs_are_what_the_study_resolves_now(layer):
     fields = TrainConfig.__dataclass_fields__
     s = study(*([layer] if layer else []))
     for run in s.runs:
-        recorded = yaml.safe_load((REPO / s.run_dir(run) / "config.yaml").read_text())
-        resolved = s.train_configs[run].to_dict()
+        recorded = yaml.safe_load((REPO / s.paths.run_dir(run) / "config.yaml").read_text())
+        resolved = s.run_configs[run].config.to_dict()
         for key in added - recorded.keys():
             default = fields[key].default_factory() if callable(fields[key].default_factory) else fields[key].default
             if resolved[key] == default:
@@ -272,7 +275,7 @@ def test_the_committed_runs_are_what_the_study_resolves_now(layer):
 
 def test_the_schemas_design_enum_is_the_packages():
     """The designs are spelled once in pods.vocabulary; every enum of the schema read is theirs."""
-    from pods.study.model import load_schema
+    from pods.study.schema import load_schema
     from pods.vocabulary import DESIGNS
 
     schema = load_schema()
@@ -305,14 +308,14 @@ def test_dapo_arms_are_named_by_their_method_and_dynamic_sampling_follows_the_na
                     "baseline": "grpo-n16-m16", "methods": ["dapo-n16-m16", "dapo-max_variance-n64-m16",
                                                             "pods-max_abs_advantage-n64-m16"]}]
     s = study(comparisons=comparisons, seeds=[0])
-    configs = {run.method: s.train_configs[run] for run in s.runs}
+    configs = {run.method: s.run_configs[run].config for run in s.runs}
     assert {m: c.dynamic_sampling for m, c in configs.items()} == {
         "grpo-n16-m16": False, "dapo-n16-m16": True, "dapo-max_variance-n64-m16": True,
         "pods-max_abs_advantage-n64-m16": False}
     assert configs["dapo-max_variance-n64-m16"].rule == "max_variance"
     assert "dynamic_sampling=true" in s.train_command(next(r for r in s.runs if r.method == "dapo-n16-m16"))
     # a layer may not turn a GRPO run into a DAPO one behind its name
-    with pytest.raises(StudyError, match=r"its layers make it 'dapo-n16-m16', not 'grpo-n16-m16'"):
+    with pytest.raises(StudyError, match=r"a layer sets dynamic_sampling, which the method name 'grpo-n16-m16' decides"):
         study(comparisons=comparisons, seeds=[0], train={"dynamic_sampling": True})
     # a DAPO arm may be the baseline of a head-to-head, but no run is compared with itself
     s = study(comparisons=[{**comparisons[0], "baseline": "dapo-n16-m16", "methods": ["pods-max_variance-n64-m16"]}],
@@ -350,13 +353,13 @@ def test_the_paper_study_fetches_each_hub_id_once_and_its_runs_read_the_folders(
     pins = yaml.safe_load(open("config/paper.yaml"))["hub_revisions"]
     assert study.hub_fetch_command("model", QWEN).endswith(f"--revision {pins[QWEN]}")
     math = next(run for run in study.runs if run.benchmark == "math")
-    cfg = study.train_configs[math]
-    assert cfg.base_model == study.hub_folder("model", QWEN)
-    assert cfg.task_options == {"filter_tokenizer": study.hub_folder("model", QWEN), "max_prompt_tokens": 512,
-                                "source": study.hub_folder("dataset", "EleutherAI/hendrycks_math"),
-                                "test_source": study.hub_folder("dataset", "HuggingFaceH4/MATH-500")}
-    assert study.base_model_marker("math") == study.hub_marker("model", QWEN)
-    assert not any(hub.is_hub_id(v) for run in study.runs for v in study.train_overrides(run).values()
+    cfg = study.run_configs[math].config
+    assert cfg.base_model == study.paths.hub_folder("model", QWEN)
+    assert cfg.task_options == {"filter_tokenizer": study.paths.hub_folder("model", QWEN), "max_prompt_tokens": 512,
+                                "source": study.paths.hub_folder("dataset", "EleutherAI/hendrycks_math"),
+                                "test_source": study.paths.hub_folder("dataset", "HuggingFaceH4/MATH-500")}
+    assert study.paths.base_model_marker("math") == study.paths.hub_marker("model", QWEN)
+    assert not any(hub.is_hub_id(v) for run in study.runs for v in study.run_configs[run].overrides.values()
                    if isinstance(v, str))
 
 
@@ -366,7 +369,7 @@ def test_reading_the_default_study_imports_no_model_library():
     import subprocess
     import sys
 
-    code = ("import sys\nfrom pods.study.model import Study, load_study_config\n"
+    code = ("import sys\nfrom pods.study.plan import Study\nfrom pods.study.schema import load_study_config\n"
             "study = Study(load_study_config('config/config.yaml'))\nassert study.runs\n"
             "print(sorted(m for m in ('transformers', 'peft', 'datasets', 'deepspeed', 'vllm') if m in sys.modules))\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
@@ -378,7 +381,7 @@ def test_the_schema_takes_its_name_lists_from_the_registries_that_define_them():
     """config/schema.yaml states no list of designs, aligners, axes or launchers: load_schema fills them in
     from the registries, so a new entry is one line in one registry and a typo is refused by key."""
     from pods.study.curves import ALIGNERS, AXES
-    from pods.study.model import SCHEMA, load_schema
+    from pods.study.schema import SCHEMA, load_schema
     from pods.vocabulary import DESIGNS
 
     raw, schema = yaml.safe_load(SCHEMA.read_text())["definitions"], load_schema()["definitions"]

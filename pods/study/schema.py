@@ -1,0 +1,83 @@
+"""Study config files: the schema (config/schema.yaml, package data) with the name lists the
+registries define filled in, validation that fills in defaults, and the files merged as
+`snakemake --configfile` merges them."""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+# Package data (config/schema.yaml links to it): read through importlib.resources, so an
+# installed wheel has it too.
+SCHEMA = Path(str(resources.files("pods") / "data" / "schema.yaml"))
+
+
+class StudyError(ValueError):
+    """A study config that cannot be run; the message names the file or config key."""
+
+
+def load_schema(path: str | Path = SCHEMA) -> dict:
+    """The study schema, with the name lists that registries define filled in as enums (the file
+    states none of them): the designs, how curves are aligned, what they are aligned by, how runs launch."""
+    from pods.study.curves import ALIGNERS, AXES
+    from pods.study.hardware import LAUNCHERS
+    from pods.vocabulary import DESIGNS
+
+    schema = yaml.safe_load(Path(path).read_text())
+    definitions = schema["definitions"]
+    definitions["comparison"]["properties"]["design"]["enum"] = list(DESIGNS)
+    definitions["comparison"]["properties"]["align"]["enum"] = list(ALIGNERS)
+    definitions["comparison"]["properties"]["axis"]["enum"] = list(AXES)
+    definitions["hardware_profile"]["properties"]["launcher"]["enum"] = list(LAUNCHERS)
+    return schema
+
+
+def schema_default(key: str) -> Any:
+    """The schema's default of a top-level study key (for a workflow file run without the Snakefile)."""
+    return load_schema()["properties"][key]["default"]
+
+
+def _with_defaults(validator_class):
+    """A validator that also fills in each property's `default` (the jsonschema FAQ recipe; what
+    Snakemake's `validate(set_default=True)` does for the study config)."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, subschema in properties.items():
+                if "default" in subschema:
+                    instance.setdefault(name, json.loads(json.dumps(subschema["default"])))
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+def validate(instance: Any, schema: Mapping, where: str, definition: str | None = None) -> Any:
+    """Check `instance` against the schema (or one of its definitions), filling in defaults in
+    place; a failure raises StudyError `where: key.path: message`."""
+    if definition is not None:
+        schema = {**schema["definitions"][definition], "definitions": schema["definitions"]}
+    validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(instance))
+    if error is not None:
+        key = ".".join(str(p) for p in error.absolute_path) or "(top level)"
+        raise StudyError(f"{where}: {key}: {error.message}")
+    return instance
+
+
+def load_study_config(*paths: str | Path, overrides: Mapping | None = None, schema: Mapping | None = None) -> dict:
+    """The study config as the workflow sees it: the files merged as `--configfile` merges them
+    (nested mappings key by key), then `overrides` (`--config`), validated with defaults filled in."""
+    from snakemake.utils import update_config
+
+    config: dict = {}
+    for path in paths:
+        update_config(config, yaml.safe_load(Path(path).read_text()) or {})
+    update_config(config, dict(overrides or {}))
+    where = " + ".join([*map(str, paths), *(["--config"] if overrides else [])]) or "study config"
+    return validate(config, schema or load_schema(), where)
