@@ -94,6 +94,29 @@ class StepRecord(_StepFields, total=False):
     groups_dropped: int             # dynamic sampling only: groups generated but not trained
 
 
+def step_record(step: int, *, train_time_s: float, wall_time_s: float, phase_s: Mapping[str, float], step_s: float,
+                rollouts_generated: int, rollouts_trained: int, tokens_generated: int, tokens_trained: int,
+                reward_mean: float, zero_variance_frac: float, kept_zero_variance_frac: float, load_avg_1m: float,
+                metrics: Mapping[str, float], generation_rounds: int | None = None,
+                groups_dropped: int | None = None) -> StepRecord:
+    """One line of steps.jsonl, in the file's order, times rounded as the file keeps them.
+
+    `phase_s` holds `<phase>_s` for each of STEP_PHASES; `metrics` is what the update engine
+    reports (loss, grad_norm, lr, ...); the dynamic-sampling fields are written only when given.
+    """
+    dynamic = {} if generation_rounds is None else {"generation_rounds": generation_rounds,
+                                                     "groups_dropped": groups_dropped}
+    return StepRecord(
+        step=step, train_time_s=round(train_time_s, 4), wall_time_s=round(wall_time_s, 4),
+        **{key: round(seconds, 6) for key, seconds in phase_s.items()}, step_s=round(step_s, 6),
+        rollouts_generated=rollouts_generated, rollouts_trained=rollouts_trained,
+        tokens_generated=tokens_generated, tokens_trained=tokens_trained,
+        reward_mean=reward_mean, zero_variance_frac=zero_variance_frac,
+        kept_zero_variance_frac=kept_zero_variance_frac, **dynamic,
+        load_avg_1m=round(load_avg_1m, 3), **metrics,
+    )
+
+
 class RunDirError(ValueError):
     """A run directory the command must not touch: locked, finished, or holding unresumable files."""
 

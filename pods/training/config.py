@@ -52,7 +52,11 @@ class TrainConfig:
     )
 
     # ---- rollouts and down-sampling
-    n: int = field(default=16, metadata={"help": "Rollouts generated per prompt."})
+    n: int = field(
+        default=16,
+        metadata={"help": "Rollouts per group: each group of n is normalised and down-sampled on its own. A prompt "
+                          "gets one group (n rollouts) unless rollouts_per_prompt sets more."},
+    )
     m: int = field(
         default=16, metadata={"help": "Rollouts trained on per prompt (m == n is vanilla GRPO, m < n is PODS)."}
     )

@@ -16,8 +16,10 @@ import math
 import os
 import random
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -29,17 +31,21 @@ from pods.training.distributed import all_sum, gather_batch, world
 from pods.training.evaluation import EvalSet, evaluate
 from pods.grpo import kept_advantages
 from pods.training.rollout import make_rollout_engine
-from pods.training.rollout.base import encode_prompts
+from pods.training.rollout.base import RolloutEngine, encode_prompts
 from pods.training.groups import PromptStream, dynamic_sample, kept_rows, score, zero_variance_frac
 from pods.training.rundir import Progress, RunDirectory, budget_spent, set_rng_state
-from pods.runs import RunInterrupted
+from pods.runs import RunInterrupted, StepRecord, step_record
 from pods.selection import select
 from pods.training.timing import Heartbeat, PhaseTimer, TrainClock
-from pods.training.update import make_update_engine
+from pods.training.tasks.base import Task
+from pods.training.update import UpdateEngine, make_update_engine
+
+if TYPE_CHECKING:  # transformers loads with the model (build_parts), not with this module
+    from transformers import PreTrainedTokenizerBase
 
 
 # --- one step ------------------------------------------------------------------------------------
-def train_step(cfg: TrainConfig, parts: Parts, step: int, clock: TrainClock, timer: PhaseTimer) -> dict:
+def train_step(cfg: TrainConfig, parts: Parts, step: int, clock: TrainClock, timer: PhaseTimer) -> StepRecord:
     """Optimiser step number `step`: generate -> score -> select -> advantages -> update.
 
     Returns the step record (a line of steps.jsonl: docs/contracts.md).
@@ -70,36 +76,23 @@ def train_step(cfg: TrainConfig, parts: Parts, step: int, clock: TrainClock, tim
         if not math.isfinite(metrics.get(name, 0.0)):
             raise FloatingPointError(f"non-finite {name} ({metrics[name]}) in the update")
 
-    generated, tokens, reward_sum, flat, groups, trained_groups, kept_flat = all_sum([
-        made.rollouts, made.tokens, made.reward_sum, made.flat, made.groups, len(problems),
-        zero_variance_frac(torch.gather(rewards, 1, kept)) * len(problems)])
-    return {
-        "step": step, "train_time_s": round(clock.train, 4), "wall_time_s": round(clock.wall, 4),
-        **{k: round(v, 6) for k, v in timer.lap().items()}, "step_s": round(clock.train - step_start, 6),
-        "rollouts_generated": int(generated), "rollouts_trained": len(batch),
-        "tokens_generated": int(tokens), "tokens_trained": batch.num_tokens,
-        "reward_mean": reward_sum / generated,
-        "zero_variance_frac": flat / groups,  # share of the generated groups with no learning signal
-        "kept_zero_variance_frac": kept_flat / trained_groups,
-        # dynamic sampling: how many generation rounds the step took, how many flat groups it dropped
-        **({"generation_rounds": rounds, "groups_dropped": int(groups - trained_groups)}
-           if cfg.dynamic_sampling else {}),
-        # what else ran on the machine: runs that share it slow each other's clocks
-        "load_avg_1m": round(os.getloadavg()[0], 3),
-        **metrics,
-    }
+    # 4. the step record (a line of steps.jsonl), its counts summed over the processes
+    counts = made.counts(batch, torch.gather(rewards, 1, kept), rounds if cfg.dynamic_sampling else None)
+    return step_record(step, train_time_s=clock.train, wall_time_s=clock.wall, phase_s=timer.lap(),
+                       step_s=clock.train - step_start, **counts, metrics=metrics,
+                       load_avg_1m=os.getloadavg()[0])  # runs that share the machine slow each other's clocks
 
 
 @dataclass
 class Parts:
     """What every step works with, built once per run."""
 
-    task: object
-    tokenizer: object
-    updater: object  # pods.training.update: owns the policy, its optimiser and the reference model
-    sampler: object  # pods.training.rollout: generates from the current policy
+    task: Task
+    tokenizer: PreTrainedTokenizerBase  # the policy's
+    updater: UpdateEngine  # owns the policy, its optimiser and the reference model
+    sampler: RolloutEngine  # generates from the current policy
     eval_set: EvalSet
-    prompts: "PromptStream"
+    prompts: PromptStream
     rank: int = 0
     size: int = 1
 
@@ -113,6 +106,20 @@ class Generated:
     reward_sum: float = 0.0
     flat: float = 0.0  # groups whose rewards are all equal
     groups: int = 0
+
+    def counts(self, batch: UpdateBatch, kept_rewards: torch.Tensor, rounds: int | None) -> dict:
+        """The step record's counts, summed over the processes: what was generated, what was
+        trained (`batch`, the kept rewards `[G, m]`), and with dynamic sampling how many generation
+        rounds the step took and how many flat groups it dropped."""
+        trained = len(kept_rewards)
+        generated, tokens, reward_sum, flat, groups, trained_groups, kept_flat = all_sum([
+            self.rollouts, self.tokens, self.reward_sum, self.flat, self.groups, trained,
+            zero_variance_frac(kept_rewards) * trained])
+        dynamic = {} if rounds is None else {"generation_rounds": rounds, "groups_dropped": int(groups - trained_groups)}
+        return dict(rollouts_generated=int(generated), rollouts_trained=len(batch), tokens_generated=int(tokens),
+                    tokens_trained=batch.num_tokens, reward_mean=reward_sum / generated,
+                    zero_variance_frac=flat / groups,  # share of the generated groups with no learning signal
+                    kept_zero_variance_frac=kept_flat / trained_groups, **dynamic)
 
 
 def generate_and_score(cfg: TrainConfig, parts: Parts, k: int, timer: PhaseTimer,
@@ -143,8 +150,8 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True, restart: bool = False,
     discards whatever an earlier attempt left (the only way this function deletes run files).
     `log_every_s`: without a progress bar, a progress line every this many seconds (None: never).
     """
+    # -------- the run directory: read-only checks first, so a finished run or a bad input leaves no trace
     run = RunDirectory(cfg, restart=restart)
-    # read-only checks first: a finished run or a bad input leaves no trace at all
     if (finished := run.finished()) is not None:
         if run.lead:
             print(f"{run.path}: finished already ({finished.get('steps')} steps, "
@@ -152,6 +159,7 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True, restart: bool = False,
         return finished if run.lead else {}
     check_base_model(cfg)
     with run:
+        # -------- model init: fresh, or resumed from the last checkpoint
         parts = build_parts(cfg)
         state, saved_rng = run.open(parts.updater, startup_line(cfg))
         parts.prompts.position = state.data_position
@@ -165,47 +173,51 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True, restart: bool = False,
             set_rng_state(saved_rng)
         display = Display(cfg, state, clock, progress_bar and parts.rank == 0,
                           None if progress_bar or parts.rank else log_every_s)
-        failing_step, during = state.step, f"the evaluation at step {state.step}"  # what a failure is blamed on
         try:
-            if state.step == 0 and state.last_eval_step < 0:
-                accuracy = run_eval(cfg, parts, run, state, clock, timer, progress_bar)  # the base model, at t = 0
+            if state.step == 0 and state.last_eval_step < 0:  # the base model, at t = 0
+                with failing_at(state.step, f"the evaluation at step {state.step}"):
+                    accuracy = run_eval(cfg, parts, run, state, clock, timer, progress_bar)
                 state.next_eval_s = cfg.eval_every_s or 0.0
             else:
                 accuracy = run.last_accuracy()
+            # -------- training loop
             while not budget_spent(cfg, state.step, train_time(clock, parts)):
-                failing_step, during = state.step + 1, f"step {state.step + 1}"
-                record = train_step(cfg, parts, state.step + 1, clock, timer)
+                with failing_at(state.step + 1, f"step {state.step + 1}"):
+                    record = train_step(cfg, parts, state.step + 1, clock, timer)
                 state.step += 1
                 run.log_step(record)
                 stop = all_sum([float(run.preemption_requested)])[0] > 0  # every process stops at the same step
 
-                # evaluation and checkpoints on their schedules, off the training clock
+                # -------- evaluate and write checkpoints, on their schedules, off the training clock
                 now = train_time(clock, parts)
                 done = budget_spent(cfg, state.step, now)
                 by_steps = cfg.eval_every_steps is not None and state.step % cfg.eval_every_steps == 0
                 by_time = cfg.eval_every_s is not None and now >= state.next_eval_s
                 if by_steps or by_time or done:
-                    failing_step, during = state.step, f"the evaluation at step {state.step}"
-                    accuracy = run_eval(cfg, parts, run, state, clock, timer, progress_bar)
+                    with failing_at(state.step, f"the evaluation at step {state.step}"):
+                        accuracy = run_eval(cfg, parts, run, state, clock, timer, progress_bar)
                     while cfg.eval_every_s is not None and state.next_eval_s <= now:
                         state.next_eval_s += cfg.eval_every_s
                 if not done and now >= state.next_checkpoint_s:
                     state.next_checkpoint_s = now + cfg.checkpoint_every_s
                     checkpoint(run, parts, state, clock, timer)
 
+                # -------- timing and logging
                 display.step(state.step, record["reward_mean"], accuracy)
+
+                # -------- termination conditions (the budget: the loop's own)
                 if stop and not done:
                     display.close()
                     checkpoint(run, parts, state, clock, timer, "interrupted")
                     raise RunInterrupted(f"{run.path}: SIGTERM; stopped after step {state.step}, checkpointed, "
                                          "summary.json says 'interrupted'; run the same command again to resume")
             if state.last_eval_step != state.step:  # resumed from a checkpoint taken just before the budget ran out
-                failing_step, during = state.step, f"the evaluation at step {state.step}"
-                run_eval(cfg, parts, run, state, clock, timer, progress_bar)
-        except FloatingPointError as exc:
+                with failing_at(state.step, f"the evaluation at step {state.step}"):
+                    run_eval(cfg, parts, run, state, clock, timer, progress_bar)
+        except StepFailure as failure:
             display.close()
             state.train_s, state.wall_s = clock.train, clock.wall
-            raise run.fail(state, failing_step, f"{exc} (during {during})") from None
+            raise run.fail(state, failure.step, failure.reason) from None
         display.close()
         summary = checkpoint(run, parts, state, clock, timer, "complete")
     if parts.rank:
@@ -217,6 +229,23 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True, restart: bool = False,
         flush=True,
     )
     return summary
+
+
+class StepFailure(Exception):
+    """A numerical failure, blamed on the step it happened in or after (`failing_at`)."""
+
+    def __init__(self, step: int, reason: str):
+        super().__init__(reason)
+        self.step, self.reason = step, reason
+
+
+@contextmanager
+def failing_at(step: int, during: str):
+    """A non-finite number inside (FloatingPointError) is the run's failure at `step`, `during` what."""
+    try:
+        yield
+    except FloatingPointError as exc:
+        raise StepFailure(step, f"{exc} (during {during})") from None
 
 
 def run_eval(cfg: TrainConfig, parts: Parts, run: RunDirectory, state: Progress, clock: TrainClock,
