@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pods import cli
 from pods.training.config import load_train_config
-from pods.vocabulary import parse_method
+from pods.vocabulary import parse_method, run_path
 from pods.runs import build_summary
 from pods.training.tasks.base import Problem, Task
 
@@ -88,10 +88,15 @@ def pods_train(base, run_dir, *extra):
 # --------------------------------------------------------------------------------------------
 # Finished runs
 # --------------------------------------------------------------------------------------------
+def run_at(runs: Path, benchmark: str, hardware: str, method: str, seed: int) -> Path:
+    """A run's directory under the runs folder `runs`, by the layout every side reads (pods.vocabulary)."""
+    return Path(run_path(str(runs), benchmark=benchmark, hardware=hardware, method=method, seed=seed))
+
+
 def write_run(root: Path, method: str, seed: int, times, accs, lengths=None, benchmark="arith",
               hardware="cpu", eval_set="arith", steps=None, eval_steps=None) -> Path:
     """A finished run directory as the trainer leaves it: evals, steps and a consistent summary."""
-    run = root / "runs" / benchmark / hardware / method / f"seed{seed}"
+    run = run_at(root / "runs", benchmark, hardware, method, seed)
     run.mkdir(parents=True, exist_ok=True)
     lengths = lengths if lengths is not None else [10.0 + i for i in range(len(times))]
     eval_steps = eval_steps if eval_steps is not None else [10 * i for i in range(len(times))]

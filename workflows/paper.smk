@@ -5,7 +5,7 @@
 #
 # With `paper_results_dir` set, that local copy of the release's results/ folder is used as is;
 # otherwise the release is downloaded at the pinned commit into {paper_work_dir}/release, each
-# file checked against the sha256 in config/paper_figures.yaml. The release is imported into the
+# file checked against the sha256 in config/release_manifest.yaml. The release is imported into the
 # run schema under {paper_work_dir}/runs, and our own analysis and plots write figures/paper/.
 # Settings absent from a local copy (it may lack the Llama runs and the A100 exports) are drawn
 # only if present and are reported as missing in speedups.csv / ablations.csv.
@@ -20,7 +20,7 @@ PAPER_FIGURES_DIR = f"{config['figures_dir'].rstrip('/')}/paper"
 # The tables (our summary of the authors' settings among them) are small and committed: the default
 # study's decomposition and projection read them on machines without the release.
 PAPER_TABLES_DIR = config["paper_tables_dir"].rstrip("/")
-PAPER_MANIFEST = "config/paper_figures.yaml"
+PAPER_MANIFEST = "config/release_manifest.yaml"
 PAPER_LOCAL = config["paper_results_dir"]
 PAPER_RELEASE = PAPER_LOCAL.rstrip("/") if PAPER_LOCAL else f"{PAPER_WORK}/release"
 if PAPER_LOCAL and not Path(PAPER_LOCAL).is_dir():

@@ -27,5 +27,5 @@ rule smollm2_model:
         mem_mb=4000,
         runtime=20,
     shell:
-        "python -c 'from pods.training.tasks.gym import convert_gguf, smollm2_gguf; "
+        "python -c 'from pods.training.tasks.reasoning_gym import convert_gguf, smollm2_gguf; "
         "convert_gguf(smollm2_gguf(), \"{SMOLLM2_DIR}\")' > {log} 2>&1"

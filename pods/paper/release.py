@@ -18,8 +18,8 @@ from pods.atomic import atomic_write_bytes, atomic_write_text
 RELEASE_REPO = "YixuanEvenXu/pods"
 RELEASE_COMMIT = "187f43b648f69385103029c2dd0934521e17bb71"
 RELEASE_URL = "https://raw.githubusercontent.com/{repo}/{commit}/results/{file}"
-# Package data (config/paper_figures.yaml links to it), so an installed wheel has it too.
-MANIFEST = Path(str(resources.files("pods") / "data" / "paper_figures.yaml"))
+# Package data (config/release_manifest.yaml links to it), so an installed wheel has it too.
+MANIFEST = Path(str(resources.files("pods") / "data" / "release_manifest.yaml"))
 
 RULES = {None: "max_variance", "MaxR": "max_reward", "Rand": "random"}
 RUNS_PER_SETTING = 10

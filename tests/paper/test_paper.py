@@ -33,6 +33,8 @@ from pods.paper import figures, importer, release
 from pods.cli import main as pods_main
 from pods.runs import read_jsonl
 
+from helpers import run_at
+
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE = Path(os.environ.get("PODS_PAPER_RESULTS", ROOT.parent / "shared" / "paper-results"))
 _spec = importlib.util.spec_from_file_location("make_fixtures", ROOT / "tests/fixtures/paper/make_fixtures.py")
@@ -67,7 +69,7 @@ LLAMA = ("Instruct-Llama-512-16-16-0.04", "Instruct-Llama-512-64-16-0.04")
 
 
 def _evals(out: Path, benchmark: str, hardware: str, method: str, seed: int) -> list[dict]:
-    return read_jsonl(out / "runs" / benchmark / hardware / method / f"seed{seed}" / "evals.jsonl", finished=True)
+    return read_jsonl(run_at(out / "runs", benchmark, hardware, method, seed) / "evals.jsonl", finished=True)
 
 
 def test_fixture_import_reports_what_is_missing_and_what_was_left_out(fixture_runs):
@@ -87,7 +89,7 @@ def test_fixture_import_reports_what_is_missing_and_what_was_left_out(fixture_ru
     assert len(report["notes"]) == 7
     assert json.loads((out / "import_report.json").read_text()) == report
     for seed in (99, 24):
-        assert not (out / "runs" / "gsm8k" / "a100x8-zero2" / "grpo-n32-m32" / f"seed{seed}").exists()
+        assert not (run_at(out / "runs", "gsm8k", "a100x8-zero2", "grpo-n32-m32", seed)).exists()
 
 
 def test_llama_runs_hold_only_the_eval_set_they_evaluate(fixture_runs):
@@ -98,7 +100,7 @@ def test_llama_runs_hold_only_the_eval_set_they_evaluate(fixture_runs):
             assert {r["eval_set"] for r in rows} == {"gsm8k"}
             assert rows[0]["train_time_s"] == 0 and rows[0]["both_acc"] == pytest.approx(0.04)
     # the PODS run with 11 checkpoints (as released) keeps them all; its s/step is still at 1.5 h
-    run = out / "runs" / "gsm8k-llama" / "l40s-lora" / "pods-max_variance-n64-m16" / "seed4"
+    run = run_at(out / "runs", "gsm8k-llama", "l40s-lora", "pods-max_variance-n64-m16", 4)
     assert len(read_jsonl(run / "evals.jsonl", finished=True)) == 1 + 11
     assert json.loads((run / "summary.json").read_text())["steps"] == 9 * 55
 
@@ -114,7 +116,7 @@ def test_the_final_evaluation_after_no_optimiser_step_is_left_out(fixture_runs):
 
 def test_llama_runs_use_both_acc_ten_minute_checkpoints_and_the_llama_base(fixture_runs):
     out, _ = fixture_runs
-    run = out / "runs" / "gsm8k-llama" / "l40s-lora" / "grpo-n16-m16" / "seed3"
+    run = run_at(out / "runs", "gsm8k-llama", "l40s-lora", "grpo-n16-m16", 3)
     rows = read_jsonl(run / "evals.jsonl", finished=True)
     assert [r["train_time_s"] for r in rows] == [600.0 * k for k in range(13)]
     assert rows[0]["step"] == 0 and rows[0]["accuracy"] == pytest.approx(0.04)  # base-llama.json

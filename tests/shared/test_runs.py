@@ -13,15 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from helpers import TOY, pods_train
+from helpers import TOY, pods_train, run_at
 from pods.study.curves import find_runs
 from pods import cli, runs
 from pods.runs import read_jsonl
+from pods.vocabulary import RUN_LAYOUT, run_path
 
 TESTS = Path(__file__).resolve().parents[1]  # the tests folder (helpers.py, conftest.py)
 REPO = TESTS.parent
 COMMITTED = REPO / "results"
-COMMITTED_RUN = COMMITTED / "runs" / "arith" / "cpu" / "grpo-n16-m16" / "seed0"
+COMMITTED_RUN = run_at(COMMITTED / "runs", "arith", "cpu", "grpo-n16-m16", 0)
 
 pytestmark = pytest.mark.usefixtures("toy_task")
 
@@ -76,7 +77,7 @@ def test_a_finished_run_is_left_untouched(base, tmp_path, capsys):
 
 def test_a_committed_run_is_refused_whatever_the_command(tmp_path, capsys):
     """The committed runs carry no checkpoint: the trainer must not take them for a failed start."""
-    copy = tmp_path / "runs" / "arith" / "cpu" / "grpo-n16-m16" / "seed0"
+    copy = run_at(tmp_path / "runs", "arith", "cpu", "grpo-n16-m16", 0)
     # as a clone has it: a checkout that trained the study itself also holds the (ignored) checkpoint
     shutil.copytree(COMMITTED_RUN, copy, ignore=shutil.ignore_patterns("checkpoint"))
     before = snapshot(copy)
@@ -200,7 +201,7 @@ def test_kill_9_and_rerun_takes_the_lock_over_and_resumes(base, tmp_path):
 
 def _as_run_path(tmp_path: Path, run_dir: Path) -> Path:
     """The run under a runs/{benchmark}/{hardware}/{method}/seed{k} path, as readers expect."""
-    target = tmp_path / "runs" / "first_digit" / "cpu" / "pods-max_variance-n8-m4" / "seed0"
+    target = run_at(tmp_path / "runs", "first_digit", "cpu", "pods-max_variance-n8-m4", 0)
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copytree(run_dir, target, ignore=shutil.ignore_patterns("checkpoint"))
     return target
@@ -237,7 +238,7 @@ def test_the_committed_runs_read_as_valid_results():
         assert run.summary["status"] == "complete" and run.steps and run.evals
 
 
-RUN = "runs/arith/cpu/grpo-n16-m16/seed0"
+RUN = run_path("runs", benchmark="arith", hardware="cpu", method="grpo-n16-m16", seed=0)
 
 
 @pytest.mark.parametrize("corrupt, message", [
@@ -294,7 +295,7 @@ def test_the_paper_importer_checks_the_authors_files_too(tmp_path, capsys):
     rc = cli.main(["paper", "import", "--src", str(src), "--out", str(tmp_path / "imported")])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "accuracy must be a finite number in [0, 1], got 1.5" in err, err
-    assert "Instruct-MATH-NF-512-32-8-Run3.json" in err and "math/l40s-lora/pods-max_variance-n32-m8/seed3" in err
+    assert "Instruct-MATH-NF-512-32-8-Run3.json" in err and RUN_LAYOUT.format(benchmark="math", hardware="l40s-lora", method="pods-max_variance-n32-m8", seed=3) in err
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,13 +3,14 @@ import pytest
 import yaml
 
 from pods.training.config import TrainConfig, load_train_config
-from pods.vocabulary import parse_method
+from pods.vocabulary import parse_method, run_path
 
 
 def test_defaults_validate_and_name_the_run():
     cfg = load_train_config()
     assert cfg.method == "grpo-n16-m16" and cfg.rule == "identity"
-    assert str(cfg.output_dir()) == "results/local/runs/arith/cpu/grpo-n16-m16/seed0"
+    assert str(cfg.output_dir()) == run_path("results/local/runs", benchmark="arith", hardware="cpu",
+                                             method="grpo-n16-m16", seed=0)
 
 
 def test_yaml_then_overrides(tmp_path):

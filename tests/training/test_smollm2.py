@@ -9,7 +9,7 @@ import math
 import pytest
 
 from pods.training.tasks import get_task
-from pods.training.tasks.gym import GymTask, final_answer
+from pods.training.tasks.reasoning_gym import ReasoningGymTask, final_answer
 
 
 class ChatTokenizer:
@@ -37,13 +37,13 @@ def test_gym_task_prompts_answers_and_splits():
     assert final_answer(wrong) == problem.answer
     assert final_answer("<answer> 12 </answer> and 5") == "12" and final_answer("no number") is None
     with pytest.raises(ValueError, match="no_such_dataset"):
-        GymTask("x", "no_such_dataset")
+        ReasoningGymTask("x", "no_such_dataset")
 
 
 @pytest.mark.slow
 def test_smollm2_trains_a_few_steps(tmp_path):
     pytest.importorskip("gguf")
-    from pods.training.tasks.gym import convert_gguf, smollm2_gguf
+    from pods.training.tasks.reasoning_gym import convert_gguf, smollm2_gguf
 
     try:
         gguf = smollm2_gguf()

@@ -7,10 +7,13 @@ from pathlib import Path
 import pytest
 
 import pods.training.tracking
-from helpers import config
+from helpers import config, run_at
 from pods.training.config import load_train_config
 from pods.runs import read_jsonl
 from pods.training.trainer import train
+from pods.vocabulary import RUN_LAYOUT
+
+RUN_NAME = RUN_LAYOUT.format(benchmark="first_digit", hardware="cpu", method="grpo-n4-m4", seed=0)
 
 pytestmark = pytest.mark.usefixtures("toy_task")
 
@@ -58,7 +61,7 @@ def assert_curves_equal_records(curves, prefix, records):
 
 @pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None, reason="tensorboard not installed (pods[track])")
 def test_tensorboard_curves_equal_the_jsonl_and_resume_continues_them(base, tmp_path):
-    run = tmp_path / "results" / "study" / "runs" / "first_digit" / "cpu" / "grpo-n4-m4" / "seed0"
+    run = run_at(tmp_path / "results" / "study" / "runs", "first_digit", "cpu", "grpo-n4-m4", 0)
     cfg = config(base, run, "n=4", "m=4", "max_steps=3", "eval_every_steps=2", "checkpoint_every_s=0",
                  "report_to=[tensorboard]")
     train(cfg, progress_bar=False)
@@ -81,7 +84,7 @@ def test_tensorboard_curves_equal_the_jsonl_and_resume_continues_them(base, tmp_
 def test_wandb_offline_run_folder_holds_the_same_keys(base, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    run = tmp_path / "results" / "study" / "runs" / "first_digit" / "cpu" / "grpo-n4-m4" / "seed0"
+    run = run_at(tmp_path / "results" / "study" / "runs", "first_digit", "cpu", "grpo-n4-m4", 0)
     train(config(base, run, "n=4", "m=4", "max_steps=2", "eval_every_steps=1", "report_to=[wandb]"),
           progress_bar=False)
     run_id = (run / "tracking" / "wandb-id").read_text().strip()
@@ -93,7 +96,7 @@ def test_wandb_offline_run_folder_holds_the_same_keys(base, tmp_path, monkeypatc
                             for item in record.history.item})
         elif record.WhichOneof("record_type") == "run":
             run_record = record.run
-    assert run_record.display_name == "first_digit/cpu/grpo-n4-m4/seed0" and run_record.run_group == str(tmp_path / "results/study")
+    assert run_record.display_name == RUN_NAME and run_record.run_group == str(tmp_path / "results/study")
     config_keys = {item.key for item in run_record.config.update}
     assert {"config", "provenance", "hardware"} <= config_keys
     steps = read_jsonl(run / "steps.jsonl", finished=True)
@@ -116,7 +119,7 @@ def test_trackio_local_project_holds_the_same_points_and_resume_continues_the_ru
     import textwrap
 
     # trackio fixes its folder when it is imported: a child process with TRACKIO_DIR set
-    run = tmp_path / "results" / "study" / "runs" / "first_digit" / "cpu" / "grpo-n4-m4" / "seed0"
+    run = run_at(tmp_path / "results" / "study" / "runs", "first_digit", "cpu", "grpo-n4-m4", 0)
     script = tmp_path / "child.py"
     script.write_text(textwrap.dedent(f"""
         import sys
@@ -132,10 +135,10 @@ def test_trackio_local_project_holds_the_same_points_and_resume_continues_the_ru
     env = dict(os.environ, TRACKIO_DIR=str(tmp_path / "trackio"), TRACKIO_PROJECT="pods-test")
     result = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    reader = textwrap.dedent("""
+    reader = textwrap.dedent(f"""
         import json, sys
         from trackio.sqlite_storage import SQLiteStorage
-        print(json.dumps(SQLiteStorage.get_logs("pods-test", "first_digit/cpu/grpo-n4-m4/seed0")))
+        print(json.dumps(SQLiteStorage.get_logs("pods-test", "{RUN_NAME}")))
     """)
     logs = json.loads(subprocess.run([sys.executable, "-c", reader], env=env, capture_output=True, text=True,
                                      check=True).stdout.splitlines()[-1])

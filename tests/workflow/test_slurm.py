@@ -26,6 +26,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from helpers import run_at
+
 REPO = Path(__file__).resolve().parents[2]
 PARTITION = os.environ.get("SLURM_TEST_PARTITION", "podstest")
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
@@ -216,10 +218,10 @@ def test_deepspeed_two_processes_launched_inside_a_slurm_job(smoke, capsys):
     train = [j for j in rows if j["comment"].startswith("rule_train_")]
     assert len(train) == 2 and all(j["state"] == "COMPLETED" and j["cpus"] == "2" for j in train)
     for method, n, m in (("grpo-n4-m4", 4, 4), ("pods-max_variance-n8-m4", 8, 4)):
-        log = (tmp / f"deepspeed/results/logs/train/arith/cpu-ddp/{method}/seed0.log").read_text()
+        log = Path(f"{run_at(tmp / 'deepspeed/results/logs/train', 'arith', 'cpu-ddp', method, 0)}.log").read_text()
         assert "| 2 processes" in log  # the trainer's start-up line: one run, two processes
         assert "srun --nodes=1 --ntasks=1 --cpus-per-task=2 torchrun --nnodes 1 --nproc_per_node 2" in text
-        run = tmp / f"deepspeed/results/runs/arith/cpu-ddp/{method}/seed0"
+        run = run_at(tmp / "deepspeed/results/runs", "arith", "cpu-ddp", method, 0)
         assert json.loads((run / "summary.json").read_text())["status"] == "complete"
         # each process generates for half the prompts; the step counts the whole batch
         assert all(s["rollouts_generated"] == 2 * n and s["rollouts_trained"] == 2 * m for s in records(run / "steps.jsonl"))

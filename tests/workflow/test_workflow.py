@@ -19,6 +19,8 @@ import yaml
 
 from pods.vocabulary import parse_method
 
+from helpers import run_at
+
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 
@@ -122,7 +124,7 @@ def test_default_study_dry_run_trains_each_run_once(tmp_path):
         method = Path(o["run_dir"]).parent.name
         parsed = parse_method(method)
         assert (int(o["n"]), int(o["m"]), o["rule"]) == (parsed.n, parsed.m, parsed.rule)
-        assert o["run_dir"] == str(tmp_path / f"results/runs/{o['benchmark']}/{o['hardware']}/{method}/seed{o['seed']}")
+        assert o["run_dir"] == str(run_at(tmp_path / "results/runs", o["benchmark"], o["hardware"], method, o["seed"]))
         assert o["base_model"] == str(tmp_path / f"models/{o['benchmark']}/base")
         assert o["num_threads"] == "1"
         seen.add((o["benchmark"], o["hardware"], method, int(o["seed"])))
@@ -134,7 +136,7 @@ def test_ablations_reuse_the_main_runs(tmp_path):
     """With the main study's runs done, the ablations train only their new arms."""
     main = expected_runs(study_config())
     for bench, hw, method, seed in main:
-        run = tmp_path / f"results/runs/{bench}/{hw}/{method}/seed{seed}"
+        run = run_at(tmp_path / "results/runs", bench, hw, method, seed)
         finished_run(run)
     proc = snakemake("-n", "-p", "reproduce", "--configfile", "config/ablations.yaml", tmp=tmp_path)
     ablation = expected_runs(study_config("config/ablations.yaml"))
@@ -155,7 +157,7 @@ def test_ablations_reuse_the_main_runs(tmp_path):
 def test_cached_results_are_never_retrained(tmp_path):
     """`figures` on committed runs: no warm start, no training, even with no models/ and touched configs."""
     for bench, hw, method, seed in expected_runs(study_config()):
-        run = tmp_path / f"results/runs/{bench}/{hw}/{method}/seed{seed}"
+        run = run_at(tmp_path / "results/runs", bench, hw, method, seed)
         finished_run(run)
     # A trainer defaults file newer than every run: ancient, so it triggers nothing.
     trainer = tmp_path / "train.yaml"
@@ -173,9 +175,9 @@ def test_figures_refuses_to_train(tmp_path):
     """`figures` never schedules training: unfinished runs are an error naming the way out."""
     runs = sorted(expected_runs(study_config()))
     for bench, hw, method, seed in runs[:-1]:
-        run = tmp_path / f"results/runs/{bench}/{hw}/{method}/seed{seed}"
+        run = run_at(tmp_path / "results/runs", bench, hw, method, seed)
         finished_run(run)
-    last = tmp_path / "results/runs/{}/{}/{}/seed{}".format(*runs[-1])
+    last = run_at(tmp_path / "results/runs", *runs[-1])
     last.mkdir(parents=True)
     (last / "summary.json").write_text(json.dumps({"status": "running"}))  # killed mid-run
     proc = snakemake("--cores", "1", "figures", tmp=tmp_path, check=False)
@@ -192,8 +194,8 @@ def test_figures_refuses_to_train(tmp_path):
 def test_a_failed_run_stops_only_the_targets_that_read_it(tmp_path):
     runs = sorted(expected_runs(study_config()))
     for bench, hw, method, seed in runs[1:]:
-        finished_run(tmp_path / f"results/runs/{bench}/{hw}/{method}/seed{seed}")
-    failed = tmp_path / "results/runs/{}/{}/{}/seed{}".format(*runs[0])
+        finished_run(run_at(tmp_path / "results/runs", bench, hw, method, seed))
+    failed = run_at(tmp_path / "results/runs", *runs[0])
     failed.mkdir(parents=True)
     (failed / "summary.json").write_text(json.dumps({"status": "failed", "method": runs[0][2], "seed": runs[0][3],
                                                      "failure": {"step": 7, "checkpoint_step": 5,
@@ -278,7 +280,7 @@ def test_smoke_study_end_to_end_then_figures_from_cache(tmp_path):
 
     results = tmp_path / "results"
     for bench, hw, method, seed in runs:
-        run = results / f"runs/{bench}/{hw}/{method}/seed{seed}"
+        run = run_at(results / "runs", bench, hw, method, seed)
         summary = json.loads((run / "summary.json").read_text())
         assert summary["status"] == "complete" and summary["method"] == method and summary["seed"] == seed
         steps = [json.loads(line) for line in (run / "steps.jsonl").read_text().splitlines()]

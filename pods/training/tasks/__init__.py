@@ -15,7 +15,7 @@ from pods.registry import Registry
 from pods.training.tasks.arith import ChainArithmetic
 from pods.training.tasks.base import Problem, Task
 from pods.training.tasks.gsm8k import GSM8K
-from pods.training.tasks.gym import GymTask
+from pods.training.tasks.reasoning_gym import ReasoningGymTask
 from pods.training.tasks.math import AMC23, Math500, MathTrain
 
 TASKS: Registry[Callable[..., Task]] = Registry("benchmark", {
@@ -27,7 +27,7 @@ TASKS: Registry[Callable[..., Task]] = Registry("benchmark", {
     "math": MathTrain,
     "math500": Math500,
     "amc23": AMC23,
-    "gym_chain_sum": partial(GymTask, name="gym_chain_sum", dataset="chain_sum", dataset_options=dict(min_terms=2, max_terms=2, min_digits=1, max_digits=1), test_size=60, train_size=120),
+    "gym_chain_sum": partial(ReasoningGymTask, name="gym_chain_sum", dataset="chain_sum", dataset_options=dict(min_terms=2, max_terms=2, min_digits=1, max_digits=1), test_size=60, train_size=120),
 })
 
 

@@ -33,7 +33,7 @@ def final_answer(completion: str) -> str | None:
     return numbers[-1] if numbers else None
 
 
-class GymTask(SeededSplitTask):
+class ReasoningGymTask(SeededSplitTask):
     """One reasoning-gym dataset as a benchmark, rendered with the tokenizer's chat template.
 
     Args:
