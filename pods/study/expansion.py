@@ -99,13 +99,12 @@ def expand(config: Mapping, check_hardware: Callable[[str], Any]) -> list[Compar
     return rows
 
 
-def check_design(comparison: Comparison, rollouts_per_prompt: Callable[[Run], int]) -> None:
+def check_design(comparison: Comparison, arm: Callable[[Run], Arm]) -> None:
     """The arms hold equal what the comparison's design says (`pods.vocabulary.Design`), each as its
-    trainer resolves it (`rollouts_per_prompt(run)`); StudyError otherwise."""
+    trainer resolves it (`arm(run)`); StudyError otherwise."""
     if comparison.name in UNCHECKED_DESIGN:
         return
-    baseline, method = (Arm(parse_method(name), rollouts_per_prompt(
-                            Run(comparison.benchmark, comparison.hardware, name, comparison.seeds[0])))
+    baseline, method = (arm(Run(comparison.benchmark, comparison.hardware, name, comparison.seeds[0]))
                         for name in (comparison.baseline, comparison.method))
     problem = Design(comparison.design).violation(baseline, method)
     if problem:

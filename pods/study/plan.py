@@ -52,7 +52,7 @@ class Study:
         for label in sorted({run.benchmark for run in self.runs if self.paths.uses_warmstart(run.benchmark)}):
             self.configs.warmstart_config(label)
         for comparison in self.comparisons:
-            check_design(comparison, lambda run: self.run_configs[run].rollouts_per_prompt)
+            check_design(comparison, lambda run: self.run_configs[run].arm)
 
     def profile(self, name: str) -> HardwareProfile:
         """The hardware profile `{hardware_dir}/<name>.yaml`, read and checked once."""

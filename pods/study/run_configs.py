@@ -32,7 +32,7 @@ from pods.study.schema import StudyError
 from pods.training import hub
 from pods.training.config import TrainConfig, parse_value, read_config_file, resolve_train_config
 from pods.training.warmstart_config import load_warmstart_config
-from pods.vocabulary import parse_method
+from pods.vocabulary import Arm, method_for, parse_method
 
 Layers = list[tuple[str, Mapping[str, Any]]]  # (where it comes from, its values), in precedence order
 
@@ -67,9 +67,11 @@ class RunConfig:
         return merged
 
     @property
-    def rollouts_per_prompt(self) -> int:
-        """Rollouts the run generates per prompt (`rollouts_per_prompt: null` is one group of n)."""
-        return self.config.groups_per_prompt * self.config.n
+    def arm(self) -> Arm:
+        """The run as an arm of a comparison: its method, and the rollouts it generates per prompt
+        (`rollouts_per_prompt: null` is one group of n)."""
+        cfg = self.config
+        return Arm(method_for(cfg.n, cfg.m, cfg.rule, cfg.dynamic_sampling), cfg.groups_per_prompt * cfg.n)
 
 
 class RunConfigs:

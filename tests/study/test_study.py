@@ -237,7 +237,7 @@ def test_equal_generation_counts_rollouts_as_the_trainer_resolves_them():
     with pytest.raises(StudyError, match="baseline grpo-n32-m32 generates 32 and pods-max_variance-n128-m32 generates 128"):
         study(comparisons=[comparison])
     s = study(comparisons=[comparison], train={"rollouts_per_prompt": 512})
-    assert {s.run_configs[run].rollouts_per_prompt for run in s.runs} == {512}
+    assert {s.run_configs[run].arm.rollouts_per_prompt for run in s.runs} == {512}
     # m_scaling varies m on purpose: no design check
     study(comparisons=[dict(comparison, name="m_scaling", design="equal_update")])
 
