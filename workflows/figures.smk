@@ -58,10 +58,10 @@ rule plots:
         f"{LOGS}/plots.log",
     run:
         from pods.study import analysis, plots
-        from pods.study.tables import read_summary
+        from pods.study.tables import read_summary_table
 
         study = analysis.load_study(input.study)
-        summary = read_summary(input.summary)  # the accuracy figures mark its targets and crossings
+        summary = read_summary_table(input.summary)  # the accuracy figures mark its targets and crossings
         with open(log[0], "w") as fh:
             for kind, benchmark, hardware, design in figure_panels():
                 stem = FIGURE.format(kind=kind, benchmark=benchmark, hardware=hardware, design=design)

@@ -16,7 +16,7 @@ from pods.atomic import atomic_write_text
 from pods.vocabulary import parse_method
 
 
-def read_summary(path: str | os.PathLike) -> pd.DataFrame:
+def read_summary_table(path: str | os.PathLike) -> pd.DataFrame:
     """A summary.csv, its `target` column as text (0.99 stays "0.99", not a float)."""
     return pd.read_csv(path, dtype={"target": str})
 

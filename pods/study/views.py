@@ -18,7 +18,7 @@ import pandas as pd
 from pods.study import calibration, plots, stats, verdict
 from pods.study.analysis import comparison_arms, comparison_label, load_study
 from pods.study.curves import load_runs
-from pods.study.tables import cost_sources, decomposition_table, projection_table, read_summary, to_markdown, write_csv
+from pods.study.tables import cost_sources, decomposition_table, projection_table, read_summary_table, to_markdown, write_csv
 from pods.atomic import atomic_write_text
 
 PROFILE_COLUMNS = ["comparison", "benchmark", "hardware", "design", "baseline", "method", "level",
@@ -70,8 +70,8 @@ def verdict_views(runs, study_path, out_dir, figures_dir, studies: int = 200, bo
 def project(summary: str | os.PathLike, paper: str | os.PathLike | None, costs: Sequence[str | os.PathLike],
             out_dir: str | os.PathLike, figures_dir: str | os.PathLike | None) -> list[Path]:
     """decomposition.csv/.md and projection.csv/.md (+ their figures) from summary tables."""
-    ours = read_summary(summary)
-    theirs = read_summary(paper) if paper is not None else None
+    ours = read_summary_table(summary)
+    theirs = read_summary_table(paper) if paper is not None else None
     out_dir = Path(out_dir)
     decomposition = decomposition_table(ours, theirs)
     projection = projection_table(ours, cost_sources(theirs, costs))

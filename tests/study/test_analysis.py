@@ -11,7 +11,7 @@ import yaml
 from helpers import make_study_runs, write_run
 from pods.study import analysis, verdict
 from pods.study.curves import EVAL_COLUMNS, Target, align_to_grid, default_grid, find_runs, isotonic_fit, load_evals, load_runs, mean_curve, seed_matrix, time_to_target
-from pods.study.tables import _fmt, _seeds_text, cost_sources, decomposition_table, projection_table, read_cost_file, read_summary, summary_markdown
+from pods.study.tables import _fmt, _seeds_text, cost_sources, decomposition_table, projection_table, read_cost_file, read_summary_table, summary_markdown
 from pods.cli import main as pods_main
 
 
@@ -269,10 +269,10 @@ def test_a_fixed_grid_past_a_seeds_last_evaluation_is_refused_under_linear_align
     assert grid[-1] == 180 and not np.isnan(base.curves).any()
 
 
-def test_read_summary_keeps_the_target_as_text(tmp_path):
+def test_read_summary_table_keeps_the_target_as_text(tmp_path):
     path = tmp_path / "summary.csv"
     path.write_text("benchmark,target_rule,target,speedup\narith,paper,0.99,1.09\narith,paper,1.00,\n")
-    assert list(read_summary(path)["target"]) == ["0.99", "1.00"]
+    assert list(read_summary_table(path)["target"]) == ["0.99", "1.00"]
 
 
 def test_projection_divides_our_step_efficiency_by_the_other_machines_cost_ratio(tmp_path):
