@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
+
+# This project's distribution (pyproject.toml). Its import name stays `pods`, the paper's name and
+# the command's; PyPI's unrelated project "pods" (Open Data Science) imports as `pods` too.
+DISTRIBUTION = "pods-rollouts"
+SUMMARY = "Reproduction suite for PODS"
 
 # sub-command name -> (module that implements it, one line of help)
 COMMANDS = {
@@ -38,13 +44,29 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def foreign_pods() -> str | None:
+    """One line when PyPI's unrelated `pods` distribution is installed beside this one: both write a
+    top-level `pods` package into site-packages, so which files are imported is an accident of order."""
+    try:
+        other = importlib.metadata.distribution("pods")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    if (other.metadata["Summary"] or "").startswith(SUMMARY):  # an install of this project made before its rename
+        return None
+    return (f"the unrelated distribution 'pods' {other.version} ({other.metadata['Summary']}) is installed and "
+            f"also imports as `pods`: pip uninstall pods, then reinstall {DISTRIBUTION} (pip install -e . in the checkout)")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if (clash := foreign_pods()) is not None:
+        print(f"pods: error: {clash}", file=sys.stderr)
+        return 2
     try:  # the commands need the `study` extra; a core-only install (`pip install pods`) says so in one line
         from pods.runs import RunFailed, RunInterrupted
         parser = build_parser(argv[0] if argv else None)
     except ModuleNotFoundError as exc:
-        print(f"pods: {exc}: the command line needs the study extra (pip install 'pods[study]')", file=sys.stderr)
+        print(f"pods: {exc}: the command line needs the study extra (pip install -e '.[study]')", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
     try:
@@ -52,9 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:  # bad input: one clear line, no traceback
         print(f"pods {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except RunInterrupted as exc:  # SIGTERM: the step finished and was checkpointed; rerun to resume
+    except RunInterrupted as exc:  # SIGTERM or Ctrl-C: the step finished and was checkpointed; rerun to resume
         print(f"pods {args.command}: interrupted: {exc}", file=sys.stderr)
-        return RunInterrupted.EXIT_CODE
+        return exc.exit_code
+    except KeyboardInterrupt:  # Ctrl-C outside a run's steps, or twice: files are written whole, so it resumes
+        print(f"pods {args.command}: interrupted (Ctrl-C); a run resumes from its last checkpoint", file=sys.stderr)
+        return 130
     except RunFailed as exc:  # a run that stopped on its own numbers: said in one line, recorded in its summary
         print(f"pods {args.command}: error: {exc}", file=sys.stderr)
         return 1

@@ -2,7 +2,7 @@
 # The package as a user installs it from a wheel: built with `python -m build`, installed into
 # fresh virtual environments outside the checkout (with torch pinned as the README says), and run
 # from a folder that holds no source:
-#   the core alone (`pip install pods`): torch and numpy and nothing of the extras; the selector
+#   the core alone (the wheel without extras): torch and numpy and nothing of the extras; the selector
 #     and the loss run, and `pods` says in one line that the command line needs the study extra;
 #   with the study extra: `pods --help`, `pods analyze` on a copy of the committed results/ (its
 #     tables must come out byte for byte as committed). Every file the package reads (the study
@@ -13,7 +13,7 @@ work=$(mktemp -d -t pods-wheel-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 python -m build --wheel --outdir "$work/dist" "$repo" > "$work/build.log" 2>&1 || { tail -30 "$work/build.log"; exit 1; }
-wheel=$(ls "$work"/dist/pods-*.whl)
+wheel=$(ls "$work"/dist/pods_rollouts-*.whl)
 echo "wheel: $(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB)"
 
 python -m venv "$work/core"
@@ -34,7 +34,7 @@ assert sorted(rewards[0, kept[0]].tolist()) == [0.0, 1.0], kept
 print("core install:", sorted(kept_advantages(rewards, kept)[0].tolist()), "without", ", ".join(absent))
 PY
 ) || exit 1
-if "$work/core/bin/pods" --help > "$work/core.log" 2>&1 || ! grep -q "pods\[study\]" "$work/core.log"; then
+if "$work/core/bin/pods" --help > "$work/core.log" 2>&1 || ! grep -qF "'.[study]'" "$work/core.log"; then
     echo "the core install's pods command should refuse in one line naming the study extra:"; cat "$work/core.log"; exit 1
 fi
 

@@ -161,7 +161,7 @@ class TrainConfig:
     # ---- live tracking (pods.training.tracking): process 0 sends every step record and evaluation as it is written
     report_to: list = field(
         default_factory=list,
-        metadata={"help": "Trackers to report to: any of tensorboard, wandb, trackio (`pip install 'pods[track]'`); "
+        metadata={"help": "Trackers to report to: any of tensorboard, wandb, trackio (`pip install -e '.[track]'`); "
                           "[]: none. The run's JSONL files are written either way and stay the source of truth."},
     )
 

@@ -45,7 +45,7 @@ def import_deepspeed():
     try:
         import deepspeed
     except ImportError:
-        raise ValueError("update_engine 'deepspeed' needs the deepspeed package: pip install 'pods[gpu]'") from None
+        raise ValueError("update_engine 'deepspeed' needs the deepspeed package: pip install -e '.[gpu]'") from None
     return deepspeed
 
 

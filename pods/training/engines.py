@@ -40,7 +40,7 @@ def check_report_to(values: list) -> str | None:
         if name not in REPORTERS:
             return f"{name!r} is not one of {', '.join(REPORTERS)}"
         if importlib.util.find_spec(REPORTERS[name]) is None:
-            return f"{name!r} needs the {REPORTERS[name]} package: pip install 'pods[{TRACK_EXTRA}]'"
+            return f"{name!r} needs the {REPORTERS[name]} package: pip install -e '.[{TRACK_EXTRA}]'"
     return None
 
 

@@ -1,4 +1,4 @@
-"""The core install (`pip install pods`, no extras): the selector and the loss on torch and numpy
+"""The core install (`pip install -e .`, no extras): the selector and the loss on torch and numpy
 alone, and the TRL integration with the `trl` extra only. Each check runs in a fresh interpreter
 whose site-packages lacks every module an extra brings, as an environment without the extras would
 (scripts/wheel_check.sh also installs the wheel without extras into a fresh venv, in CI)."""
@@ -34,7 +34,7 @@ def extra_modules(extras: list[str]) -> set[str]:
         for distribution in distributions:
             by_distribution.setdefault(distribution.lower().replace("_", "-"), set()).add(module)
     names = {requirement_name(r) for extra in extras for r in PYPROJECT["optional-dependencies"][extra]}
-    return {module for name in names - {"pods"} for module in by_distribution.get(name, ())}
+    return {module for name in names - {PYPROJECT["name"]} for module in by_distribution.get(name, ())}
 
 
 def run_without(blocked: set[str], code: str, tmp_path: Path) -> subprocess.CompletedProcess:
@@ -62,7 +62,8 @@ def test_the_core_depends_on_torch_and_numpy_only():
     assert sorted(requirement_name(r) for r in PYPROJECT["dependencies"]) == ["numpy", "torch"]
     # the README's install (`.[dev]`) still brings everything the embedded study and the tests use
     dev = {requirement_name(r) for r in PYPROJECT["optional-dependencies"]["dev"]}
-    assert {"pods"} <= dev and any(r.startswith("pods[study") for r in PYPROJECT["optional-dependencies"]["dev"])
+    assert {PYPROJECT["name"]} <= dev
+    assert any(r.startswith(f"{PYPROJECT['name']}[study") for r in PYPROJECT["optional-dependencies"]["dev"])
 
 
 def test_selector_and_loss_import_and_run_without_any_extra(tmp_path):
@@ -103,7 +104,7 @@ def test_the_command_line_without_the_study_extra_says_which_extra_in_one_line(t
     """, tmp_path)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "pip install 'pods[study]'" in lines[0], result.stderr
+    assert len(lines) == 1 and "pip install -e '.[study]'" in lines[0], result.stderr
 
 
 def test_the_trl_integration_needs_the_trl_extra_only(tmp_path):
@@ -141,3 +142,39 @@ def _requirements_closure(distribution: str) -> set[str]:
             continue
         todo += [requirement_name(r) for r in wanted if "extra ==" not in r]
     return {module for name in seen for module in modules_of.get(name, ())}
+
+
+def test_the_distribution_has_a_name_of_its_own_and_no_install_line_names_pypis_pods():
+    """PyPI's `pods` is an unrelated project (Open Data Science) that also imports as `pods`: ours is
+    `pods-rollouts`, and no document, config or message tells anyone to `pip install pods...`."""
+    from pods import cli
+
+    assert PYPROJECT["name"] == cli.DISTRIBUTION != "pods"
+    assert PYPROJECT["description"].startswith(cli.SUMMARY)
+    bad = []
+    for path in [REPO / "README.md", REPO / "environment.yml", *(REPO / "docs").glob("*.md"),
+                 *(REPO / "pods").rglob("*.py"), *(REPO / "config").rglob("*.yaml"), *(REPO / "profiles").rglob("*.yaml"),
+                 *(REPO / "scripts").glob("*.sh"), *(REPO / "benchmarks").rglob("*.sh"), *(REPO / "examples").glob("*.py")]:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if "pip install" in line and ("pods[" in line or any(w.strip("'\"`") == "pods" for w in line.split())):
+                bad.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
+    assert not bad, "\n".join(bad)
+
+
+class _Distribution:
+    def __init__(self, summary, version):
+        self.metadata, self.version = {"Summary": summary}, version
+
+
+def test_the_command_line_refuses_in_one_line_when_pypis_pods_is_installed_too(monkeypatch, capsys):
+    from pods import cli
+
+    monkeypatch.setattr(cli.importlib.metadata, "distribution",
+                        lambda name: _Distribution("Open Data Science", "0.1.19"))
+    assert cli.main(["analyze", "--help"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "'pods' 0.1.19 (Open Data Science)" in lines[0] and "pip uninstall pods" in lines[0]
+    # an install of this project made under its old name is this project, not a clash
+    monkeypatch.setattr(cli.importlib.metadata, "distribution",
+                        lambda name: _Distribution(PYPROJECT["description"], "0.1.0"))
+    assert cli.foreign_pods() is None

@@ -59,7 +59,7 @@ def assert_curves_equal_records(curves, prefix, records):
         assert [clock for _, _, clock in points] == pytest.approx([r["train_time_s"] for r in records], abs=1e-6)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None, reason="tensorboard not installed (pods[track])")
+@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None, reason="tensorboard not installed (the track extra)")
 def test_tensorboard_curves_equal_the_jsonl_and_resume_continues_them(base, tmp_path):
     run = run_at(tmp_path / "results" / "study" / "runs", "first_digit", "cpu", "grpo-n4-m4", 0)
     cfg = config(base, run, "n=4", "m=4", "max_steps=3", "eval_every_steps=2", "checkpoint_every_s=0",
@@ -80,7 +80,7 @@ def test_tensorboard_curves_equal_the_jsonl_and_resume_continues_them(base, tmp_
     assert_curves_equal_records(curves, "eval", evals)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb not installed (pods[track])")
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb not installed (the track extra)")
 def test_wandb_offline_run_folder_holds_the_same_keys(base, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -112,7 +112,7 @@ def test_wandb_offline_run_folder_holds_the_same_keys(base, tmp_path, monkeypatc
             assert all(h[f"{prefix}/{k}"] == pytest.approx(v) for k, v in pods.training.tracking.scalars(r).items())
 
 
-@pytest.mark.skipif(importlib.util.find_spec("trackio") is None, reason="trackio not installed (pods[track])")
+@pytest.mark.skipif(importlib.util.find_spec("trackio") is None, reason="trackio not installed (the track extra)")
 def test_trackio_local_project_holds_the_same_points_and_resume_continues_the_run(base, tmp_path, monkeypatch):
     import subprocess
     import sys

