@@ -126,10 +126,15 @@ class RunFailed(RuntimeError):
 
 
 class RunInterrupted(RuntimeError):
-    """A run stopped by SIGTERM (a SLURM time limit or preemption) after a whole step and a
-    checkpoint; its summary.json says `interrupted` and the same command resumes it."""
+    """A run stopped by SIGTERM (a SLURM time limit or preemption) or SIGINT (Ctrl-C) after a whole
+    step and a checkpoint; its summary.json says `interrupted` and the same command resumes it."""
 
-    EXIT_CODE = 75  # EX_TEMPFAIL: "try again later", which is what resuming does
+    EXIT_CODE = 75  # after SIGTERM: EX_TEMPFAIL, "try again later", which is what resuming does
+    EXIT_CODES = {"SIGTERM": EXIT_CODE, "SIGINT": 130}  # after Ctrl-C: 128 + SIGINT, as a shell reports it
+
+    def __init__(self, message: str, signal_name: str = "SIGTERM"):
+        super().__init__(message)
+        self.exit_code = self.EXIT_CODES.get(signal_name, self.EXIT_CODE)
 
 
 class RunFileError(ValueError):

@@ -17,6 +17,7 @@ import os
 import random
 import shutil
 import signal
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,11 +69,12 @@ class RunDirectory:
         self.cfg, self.path, self.restart = cfg, cfg.output_dir(), restart
         self.lead = int(os.environ.get("RANK", "0")) == 0  # process 0 of a launcher writes the run files
         self.lock = RunLock(self.path)
-        self.preemption_requested = False  # set by SIGTERM: stop after the step in progress
+        self.preemption_requested = False  # set by SIGTERM or SIGINT: stop after the step in progress
+        self.stop_signal: str | None = None  # "SIGTERM" or "SIGINT", the one that asked
+        self._previous_handlers: dict = {}
         self.checkpoint_step = 0  # the last good checkpoint, kept when a run fails
         self.tracker: Tracker | None = None
         self._origin: dict | None = None
-        self._previous_handler = None
 
     # --- before anything is loaded ---------------------------------------------------------------
     def finished(self) -> dict | None:
@@ -95,19 +97,29 @@ class RunDirectory:
         except BaseException:
             self.lock.release()
             raise
-        # SIGTERM (what SLURM sends at a time limit or on preemption) asks the loop to stop after the
-        # step it is in, checkpoint and exit with RunInterrupted.EXIT_CODE; SIGKILL is covered by
-        # resuming from the last regular checkpoint. Python delivers signals to the main thread only.
+        # SIGTERM (what SLURM sends at a time limit or on preemption) and SIGINT (Ctrl-C) ask the
+        # loop to stop after the step it is in, checkpoint and exit (RunInterrupted: 75 after
+        # SIGTERM, 130 after Ctrl-C, as a shell reports it); a second Ctrl-C stops at once and the
+        # run resumes from its last checkpoint, as after SIGKILL. Python delivers signals to the
+        # main thread only.
         if threading.current_thread() is threading.main_thread():
-            self._previous_handler = signal.signal(signal.SIGTERM, self._request_stop)
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                self._previous_handlers[signum] = signal.signal(signum, self._request_stop)
         return self
 
     def _request_stop(self, signum, frame) -> None:
+        if signum == signal.SIGINT and self.stop_signal == "SIGINT":
+            raise KeyboardInterrupt  # the second Ctrl-C: stop now
+        if self.stop_signal is None:
+            self.stop_signal = signal.Signals(signum).name
         self.preemption_requested = True
+        if signum == signal.SIGINT:
+            print(f"\n{self.path}: Ctrl-C: stopping after this step with a checkpoint (Ctrl-C again: at once)",
+                  file=sys.stderr, flush=True)
 
     def __exit__(self, *exc) -> None:
-        if self._previous_handler is not None:
-            signal.signal(signal.SIGTERM, self._previous_handler)
+        for signum, handler in self._previous_handlers.items():
+            signal.signal(signum, handler)
         if self.tracker is not None:
             self.tracker.close()
         self.lock.release()

@@ -209,8 +209,10 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True, restart: bool = False,
                 if stop and not done:
                     display.close()
                     checkpoint(run, parts, state, clock, timer, "interrupted")
-                    raise RunInterrupted(f"{run.path}: SIGTERM; stopped after step {state.step}, checkpointed, "
-                                         "summary.json says 'interrupted'; run the same command again to resume")
+                    signal_name = run.stop_signal or "SIGTERM"  # a process whose peer was signalled
+                    raise RunInterrupted(f"{run.path}: {signal_name}; stopped after step {state.step}, checkpointed, "
+                                         "summary.json says 'interrupted'; run the same command again to resume",
+                                         signal_name)
             if state.last_eval_step != state.step:  # resumed from a checkpoint taken just before the budget ran out
                 with failing_at(state.step, f"the evaluation at step {state.step}"):
                     run_eval(cfg, parts, run, state, clock, timer, progress_bar)

@@ -75,11 +75,13 @@ def straight(base, tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine, stop", [("torch", signal.SIGKILL), ("lora", signal.SIGKILL), ("torch", signal.SIGTERM)],
-                         ids=["torch-kill9", "lora-kill9", "torch-sigterm"])
+@pytest.mark.parametrize("engine, stop", [("torch", signal.SIGKILL), ("lora", signal.SIGKILL), ("torch", signal.SIGTERM),
+                                          ("torch", signal.SIGINT)],
+                         ids=["torch-kill9", "lora-kill9", "torch-sigterm", "torch-ctrl-c"])
 def test_stopped_run_resumes_to_the_uninterrupted_curve(base, straight, tmp_path, engine, stop):
-    """kill -9 (no warning: the last regular checkpoint) and SIGTERM (SLURM's time limit or
-    preemption: the step finishes, a checkpoint, `interrupted`, exit 75) both resume exactly."""
+    """kill -9 (no warning: the last regular checkpoint), SIGTERM (SLURM's time limit or
+    preemption: the step finishes, a checkpoint, `interrupted`, exit 75) and Ctrl-C (SIGINT: the
+    same, exit 130, one line and no traceback) all resume exactly."""
     script = tmp_path / "run_train.py"
     script.write_text(SCRIPT.format(tests=str(TESTS)))
     reference = straight(engine)
@@ -104,8 +106,10 @@ def test_stopped_run_resumes_to_the_uninterrupted_curve(base, straight, tmp_path
     else:
         from pods.runs import RunInterrupted
 
-        assert proc.returncode == RunInterrupted.EXIT_CODE, stderr[-2000:]
-        assert f"pods train: interrupted: {tmp_path / 'stopped'}: SIGTERM; stopped after step {stopped_at}" in stderr
+        name = signal.Signals(stop).name
+        assert proc.returncode == RunInterrupted.EXIT_CODES[name] == {"SIGTERM": 75, "SIGINT": 130}[name], stderr[-2000:]
+        assert f"pods train: interrupted: {tmp_path / 'stopped'}: {name}; stopped after step {stopped_at}" in stderr
+        assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
         summary = json.loads((tmp_path / "stopped" / "summary.json").read_text())
         assert summary["status"] == "interrupted" and summary["steps"] == stopped_at
 
@@ -185,3 +189,15 @@ def test_two_processes_train_and_resume(base, tmp_path):
                                  for p in (run_dir / "checkpoint" / "deepspeed" / tag).rglob("*") if p.is_file()}
     evals = read_jsonl(run_dir / "evals.jsonl", finished=True)
     assert [e["step"] for e in evals] == [0, 3, 4, 6] and all(e["n_items"] == 64 for e in evals)
+
+
+def test_ctrl_c_asks_for_a_stop_after_the_step_and_a_second_one_stops_at_once(tmp_path, capsys):
+    from pods.training.rundir import RunDirectory
+
+    run = RunDirectory.__new__(RunDirectory)  # the handler's state only; no run is opened
+    run.path, run.stop_signal, run.preemption_requested = tmp_path, None, False
+    run._request_stop(signal.SIGINT, None)
+    assert run.preemption_requested and run.stop_signal == "SIGINT"
+    assert "Ctrl-C again: at once" in capsys.readouterr().err
+    with pytest.raises(KeyboardInterrupt):
+        run._request_stop(signal.SIGINT, None)
