@@ -43,7 +43,7 @@ include: "workflows/paper.smk"
 include: "workflows/smollm2.smk"
 
 
-# Both targets end by printing the table they wrote (a rule with no output runs every time).
+# Both targets end with the study's bottom line on stdout (a rule with no output runs every time).
 rule reproduce:
     input:
         SUMMARY_CSV,
@@ -56,7 +56,7 @@ rule reproduce:
     default_target: True
     localrule: True
     run:
-        print_summary(SUMMARY_MD)
+        print_bottom_line()
 
 
 rule figures:
@@ -64,7 +64,7 @@ rule figures:
         lambda wc: cached_results(),
     localrule: True
     run:
-        print_summary(SUMMARY_MD)
+        print_bottom_line()
 
 
 rule paper_figures:

@@ -1,23 +1,38 @@
+import os
+import time
+
 # The study's comparisons -> results/summary.csv (+ .md): time to 99% / 100% of the baseline's
 # peak, speedups with per-seed bootstrap intervals, seconds per step by phase (pods.study.analysis).
 
 
 rule study_file:
     # The comparisons as pods.study.analysis reads them; params carry them so that editing the study
-    # in the config rewrites this file (and the tables after it), and nothing else.
+    # in the config rewrites this file (and the tables after it), and nothing else; so does its
+    # marker where Snakemake has no record of the params (a fresh clone).
+    input:
+        unpack(lambda wc: by_content("study_file")),
     output:
         STUDY_FILE,
     params:
         comparisons=COMPARISONS,
     localrule: True
     run:
-        atomic_write_text(output[0], yaml.safe_dump({"comparisons": params.comparisons}, sort_keys=False))
+        atomic_write_text(output[0], study_text())
+
+
+def study_text():
+    return yaml.safe_dump({"comparisons": COMPARISONS}, sort_keys=False)
+
+
+# the study file is fresh when it says what the config says (its content is all it has)
+derived("study_file", dict)
+FRESH["study_file"] = Path(STUDY_FILE).is_file() and Path(STUDY_FILE).read_text() == study_text()
+derived("analyze", lambda: {"study": STUDY_FILE, "runs": run_files()}, upstream=["study_file"])
 
 
 rule analyze:
     input:
-        study=STUDY_FILE,
-        runs=run_files(),
+        unpack(lambda wc: by_content("analyze")),
     output:
         csv=report(
             SUMMARY_CSV,
@@ -30,8 +45,9 @@ rule analyze:
     localrule: True
     log:
         f"{LOGS}/analyze.log",
-    shell:
-        "pods analyze --runs {params.runs} --study {input.study} --out {output.csv} > {log} 2>&1"
+    run:
+        shell("pods analyze --runs {params.runs} --study {input.study} --out {output.csv} > {log} 2>&1")
+        write_stamp("analyze", {"study": STUDY_FILE, "runs": finished_run_files()})
 
 
 
@@ -39,9 +55,10 @@ rule analyze:
 # our step efficiency onto the paper's hardware and onto any phase-cost files the study names.
 # The paper's summary is read as it is, not rebuilt: it is a committed reference whose rule
 # (paper_figures) needs the authors' release; after regenerating it, `--forcerun project`.
+# It is read as absent while parsing: `snakemake paper_figures`, which writes it, and every target
+# that does not read it run without it; a target that does (reproduce, figures) is refused before
+# any job starts, in project_inputs.
 PAPER_SUMMARY = config["paper_summary"]
-if PAPER_SUMMARY and not Path(PAPER_SUMMARY).is_file():
-    raise ValueError(f"paper_summary: no file {PAPER_SUMMARY} (`snakemake paper_figures` writes it; null: none)")
 # beside the summary they are computed from, so that a study layered over the default (ablations)
 # never overwrites the default study's tables
 PROJECTION_DIR = str(Path(SUMMARY_CSV).parent)
@@ -49,10 +66,20 @@ PROJECTION_FILES = [f"{PROJECTION_DIR}/{name}.{ext}" for name in ("decomposition
 PROJECTION_FIGURES = [f"{FIGURES}/{name}.{ext}" for name in ("decomposition", "projection") for ext in ("png", "pdf")]
 
 
+def project_inputs(wildcards):
+    if PAPER_SUMMARY and not Path(PAPER_SUMMARY).is_file():
+        raise ValueError(f"paper_summary: no file {PAPER_SUMMARY} (`snakemake paper_figures` writes it; "
+                         f"--config paper_summary=null: our comparisons alone)")
+    return by_content("project")
+
+
+derived("project", lambda: {"summary": SUMMARY_CSV, "costs": list(config["cost_files"])}, upstream=["analyze"],
+        extra=lambda: [PAPER_SUMMARY] if PAPER_SUMMARY else [])
+
+
 rule project:
     input:
-        summary=SUMMARY_CSV,
-        costs=config["cost_files"],
+        unpack(project_inputs),
     params:
         paper=PAPER_SUMMARY,
     output:
@@ -68,6 +95,7 @@ rule project:
         with open(log[0], "w") as fh:
             written = project(input.summary, params.paper, input.costs, PROJECTION_DIR, FIGURES)
             print(*written, sep="\n", file=fh)
+        write_stamp("project")
 
 
 # The verdict's other views: the speedup at every accuracy level (profile), the per-seed times to
@@ -77,10 +105,15 @@ VERDICT_VIEW_FILES = [f"{PROJECTION_DIR}/{name}" for name in ("speedup_profile.c
 VERDICT_VIEW_FIGURES = [f"{FIGURES}/{name}.{ext}" for name in ("speedup_profile", "time_to_target") for ext in ("png", "pdf")]
 
 
+derived("verdict_views", lambda: {"study": STUDY_FILE, "summary": SUMMARY_CSV},
+        {"studies": config["calibration"]["studies"], "boot": config["calibration"]["boot"]},
+        upstream=["study_file", "analyze"])
+
+
 rule verdict_views:
     input:
-        study=STUDY_FILE,
-        summary=SUMMARY_CSV,  # the runs are final once the summary is
+        # the runs are final once the summary is
+        unpack(lambda wc: by_content("verdict_views")),
     params:
         studies=config["calibration"]["studies"],
         boot=config["calibration"]["boot"],
@@ -98,8 +131,23 @@ rule verdict_views:
             written = verdict_views(RUNS, input.study, PROJECTION_DIR, FIGURES, studies=params.studies,
                                     boot=params.boot)
             print(*written, sep="\n", file=fh)
+        write_stamp("verdict_views")
 
 
-def print_summary(path):
-    """The table a study target ends with, on the terminal that asked for it."""
-    print(f"\n{path}:\n\n{Path(path).read_text()}", flush=True)
+# When this command started and how many runs were finished then: tables older than that were
+# re-used, not rewritten. Jobs that Snakemake runs in a process of their own parse this file again:
+# the environment carries the first parse's values to them.
+STARTED = float(os.environ.setdefault("PODS_WORKFLOW_STARTED", repr(time.time())))
+FINISHED_AT_START = int(os.environ.setdefault("PODS_WORKFLOW_FINISHED_RUNS", str(len(FINISHED))))
+
+
+def print_bottom_line():
+    """The lines a study target ends with on stdout (pods.study.headline): what ran or was re-used,
+    how many primary endpoints are decided, the estimates beside the paper's claim, the tables."""
+    from pods.study.headline import bottom_line, read_rows
+
+    rewritten = Path(SUMMARY_CSV).stat().st_mtime >= STARTED
+    lines = bottom_line(read_rows(SUMMARY_CSV), tables=[SUMMARY_MD, SUMMARY_CSV, f"{FIGURES}/"],
+                        runs_total=len(STUDY.runs), runs_reused=FINISHED_AT_START,
+                        analysis="rewritten now" if rewritten else "re-used (their inputs are unchanged)")
+    print("\n" + "\n".join(lines), flush=True)

@@ -11,6 +11,7 @@ import yaml
 from pods.atomic import atomic_write_text
 from pods.vocabulary import METHOD_PATTERN
 from pods.vocabulary import RUN_KEY, run_path
+from pods.study import stamps
 from pods.study.expansion import run_from
 from pods.study.plan import Study
 
@@ -67,6 +68,76 @@ onstart:
         )
 
 
+# Content, not times, decides whether a derived table or figure is stale (pods.study.stamps): a fresh
+# clone gives the committed tables and their inputs checkout times in any order. Each derived rule
+# writes a stamp of its inputs' contents beside the tables when it has written its outputs. While
+# parsing, a rule whose stamp matches the inputs as they are, and whose upstream derived rules are
+# fresh too, reads its inputs as `ancient` (Snakemake ignores their times); any other has its
+# marker input (a file under the git-ignored logs) touched now, which makes it run whatever the
+# other times say. A --forcerun / -F run goes by Snakemake's own rules (nothing is ancient).
+STAMPS = f"{Path(SUMMARY_CSV).parent}/stamps"
+CHANGED = f"{LOGS}/changed"
+
+
+def forced():
+    """--forcerun / -F (the DAG settings exist once the DAG is built, when input functions run)."""
+    settings = workflow.dag_settings
+    return bool(settings is not None and (settings.forceall or settings.forcerun))
+
+DERIVED = {}  # derived rule -> (its inputs() as named files, params, upstream rules, extra files)
+FRESH = {}  # derived rule -> whether its outputs are those of its inputs as they are (once known)
+
+
+def forced():
+    """--forcerun / -F (the DAG settings exist once the DAG is built, when input functions run)."""
+    settings = workflow.dag_settings
+    return bool(settings is not None and (settings.forceall or settings.forcerun))
+
+
+def stamp_of(name):
+    return f"{STAMPS}/{name}.json"
+
+
+def _files(inputs):
+    return [f for value in inputs.values() for f in ([value] if isinstance(value, str) else value)]
+
+
+def derived(name, inputs, params=None, upstream=(), extra=lambda: []):
+    """Declare derived rule `name`: `inputs()` its named input files, `upstream` the derived rules
+    they come from, `extra()` files whose contents count without being Snakemake inputs."""
+    DERIVED[name] = (inputs, params, tuple(upstream), extra)
+
+
+def fresh(name):
+    if name not in FRESH:
+        inputs, params, upstream, extra = DERIVED[name]
+        FRESH[name] = (not forced() and all(map(fresh, upstream))
+                       and stamps.unchanged(stamp_of(name), [*_files(inputs()), *extra()], params))
+    return FRESH[name]
+
+
+def by_content(name):
+    """The named inputs of derived rule `name` (an input function for `unpack`): ancient when fresh;
+    otherwise as they are, with the rule's marker touched now so that it runs."""
+    inputs = {**DERIVED[name][0](), "changed": f"{CHANGED}/{name}"}  # the marker is always an input:
+    marker = Path(inputs["changed"])  # Snakemake's own record of the set of inputs never changes
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    if fresh(name):
+        if not marker.exists():
+            marker.touch()
+        return {key: ancient(value) if isinstance(value, str) else [ancient(f) for f in value]
+                for key, value in inputs.items()}
+    marker.touch()  # now: newer than any output
+    return inputs
+
+
+def write_stamp(name, inputs=None):
+    """At the end of a derived job: its outputs are those of its inputs as they are now (`inputs`
+    where they differ from the declared ones, as the analysis's run files do once trained)."""
+    declared, params, _, extra = DERIVED[name]
+    stamps.write(stamp_of(name), [*_files(inputs or declared()), *extra()], params)
+
+
 def run_files():
     """What the analysis waits for, per run: a finished run's files as they are on disk (no rule
     makes them, so the train rule is never asked about it), or the summary.json the train rule
@@ -76,6 +147,11 @@ def run_files():
     for path in map(PATHS.run_dir, STUDY.runs):
         files += [f"{path}/evals.jsonl", f"{path}/steps.jsonl"] if path in FINISHED else [f"{path}/summary.json"]
     return files
+
+
+def finished_run_files():
+    """run_files() once every run is finished: what the analysis reads, as its stamp records it."""
+    return [f"{path}/{name}" for path in map(STUDY.run_dir, STUDY.runs) for name in ("evals.jsonl", "steps.jsonl")]
 
 
 def cached_results():

@@ -47,10 +47,13 @@ def figure_outputs():
 # All figures in one job, drawn in-process with pods.study.plots (the functions behind `pods plot`):
 # a study has a dozen figures and each `pods plot` process would spend far longer importing
 # the package than drawing, which matters for `snakemake figures` on a 2-core machine.
+# the runs are final once the tables are
+derived("plots", lambda: {"study": STUDY_FILE, "summary": SUMMARY_CSV}, upstream=["study_file", "analyze"])
+
+
 rule plots:
     input:
-        study=STUDY_FILE,
-        summary=SUMMARY_CSV,  # the runs are final once the tables are
+        unpack(lambda wc: by_content("plots")),
     output:
         figure_outputs(),
     localrule: True
@@ -70,3 +73,4 @@ rule plots:
                                                   design=None if named else design[1:] or None, summary=summary,
                                                   axis=design[1:] if named else "time")
                 print(*written, sep="\n", file=fh)
+        write_stamp("plots")

@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -168,6 +169,51 @@ def test_cached_results_are_never_retrained(tmp_path):
         counts = job_counts(snakemake("-n", target, "--configfile", str(layer), tmp=tmp_path).stdout)
         assert "train" not in counts and "warmstart" not in counts
         assert counts["analyze"] == 1 and counts["plots"] == 1
+
+
+ANALYSIS_RULES = {"study_file", "analyze", "plots", "project", "verdict_views"}
+
+
+@pytest.mark.slow
+def test_a_fresh_copy_redoes_no_analysis_whatever_its_file_times_and_redoes_it_when_an_input_changes(tmp_path):
+    """The committed tables are re-used by content (pods.study.stamps), not by times: a copy of the
+    results whose every file has a random time, with no Snakemake metadata (a fresh clone), lists
+    no analysis job; an input whose content changed reruns the analysis even when it is older."""
+    import random
+    import shutil
+
+    for folder in ("results", "figures"):
+        shutil.copytree(REPO / folder, tmp_path / folder, ignore=shutil.ignore_patterns("logs", "checkpoint", "local"))
+    layer = tmp_path / "copy.yaml"
+    layer.write_text(yaml.safe_dump({
+        "paper_summary": str(tmp_path / "results/paper/summary.csv"),
+        "cost_files": [str(tmp_path / f"results/hardware/h200-{kind}.json") for kind in ("lora", "full")]}))
+    rng = random.Random(0)
+    now = time.time()
+    for path in [*(tmp_path / "results").rglob("*"), *(tmp_path / "figures").rglob("*")]:
+        stamp = now - rng.uniform(0, 86400)
+        os.utime(path, (stamp, stamp))
+    counts = job_counts(snakemake("-n", "reproduce", "--configfile", str(layer), tmp=tmp_path).stdout)
+    assert not ANALYSIS_RULES & set(counts), counts
+
+    evals = tmp_path / "results/runs/arith/cpu/grpo-n16-m16/seed0/evals.jsonl"  # a run of the default study
+    before = evals.stat().st_mtime
+    evals.write_text(evals.read_text().replace('"accuracy": 0.', '"accuracy": 0.0', 1))
+    os.utime(evals, (before - 86400, before - 86400))  # older than every table: content, not times
+    counts = job_counts(snakemake("-n", "reproduce", "--configfile", str(layer), tmp=tmp_path).stdout)
+    assert {"analyze", "plots", "project", "verdict_views"} <= set(counts), counts
+
+
+@pytest.mark.slow
+def test_a_paper_summary_not_yet_written_stops_only_the_targets_that_read_it(tmp_path):
+    """`snakemake paper_figures` writes the paper summary, so it must parse without it; reproduce,
+    which reads it, is refused before any job, naming the file and the command that writes it."""
+    missing = tmp_path / "paper/summary.csv"
+    counts = job_counts(snakemake("-n", "paper_figures", "--config", f"paper_summary={missing}", tmp=tmp_path).stdout)
+    assert counts["paper_figures"] == 1
+    proc = snakemake("-n", "reproduce", "--config", f"paper_summary={missing}", tmp=tmp_path, check=False)
+    assert proc.returncode != 0 and "Job stats" not in proc.stdout + proc.stderr
+    assert f"paper_summary: no file {missing} (`snakemake paper_figures` writes it;" in proc.stdout + proc.stderr
 
 
 @pytest.mark.slow

@@ -1,0 +1,110 @@
+"""The bottom line a study target ends with: a few quotable lines read off summary.csv.
+
+What ran or was re-used, how many primary endpoints are decided after the multiplicity
+adjustment, each primary estimate with its interval (question (a)'s speedups beside the paper's
+"at least 1.7x", docs/paper.md 1), and where the tables are. Columns are read by name and only
+these are needed: `question`, `role`, `estimate`; the others (`ci_low`, `ci_high`,
+`verdict_adjusted` or `verdict`, `axis` and the comparison's keys) are used when present, and any
+new column is ignored, so the lines stay right when the summary's statistics change.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import os
+from collections.abc import Mapping, Sequence
+
+PAPER_CLAIM = 1.7  # "at least 1.7x faster" to vanilla GRPO's peak (docs/paper.md 1)
+# what each question's estimate is, as the bottom line words it (docs/verdict.md declares both)
+QUESTION_WORDS = {
+    "a": "speedup to the baseline's peak",
+    "b": "mean accuracy within the budget, method - baseline",
+}
+# the columns that tell comparisons apart; a line names those that differ between the rows shown
+KEY_COLUMNS = ("name", "benchmark", "hardware", "design")
+ARM_COLUMNS = ("method", "baseline")
+UNDECIDED = ("", "undecided", "nan", "none")
+
+
+def read_rows(path: str | os.PathLike) -> list[dict[str, str]]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _number(text) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _decision(row: Mapping) -> str:
+    """The adjusted decision where the summary has one, else the raw one."""
+    for column in ("verdict_adjusted", "verdict"):
+        if str(row.get(column) or "").strip():
+            return str(row[column]).strip()
+    return "undecided"
+
+
+def _estimate_text(row: Mapping, question: str) -> str:
+    value, low, high = (_number(row.get(c)) for c in ("estimate", "ci_low", "ci_high"))
+    signed = question != "a"  # speedups are ratios; the other questions are differences
+    fmt = (lambda v: f"{v:+.3f}") if signed else (lambda v: f"{v:.2f}")
+    text = "n/a" if math.isnan(value) else fmt(value)
+    if not (math.isnan(low) or math.isnan(high)):
+        text += f" [{fmt(low)}, {fmt(high)}]"
+    return text
+
+
+def _distinct(rows: Sequence[Mapping]) -> list[Mapping]:
+    """Primary rows, each comparison once: an ablation repeating the main pair under another name
+    is one hypothesis (the adjustment counts it once too)."""
+    seen, kept = set(), []
+    for row in rows:
+        key = tuple(row.get(c) for c in ("benchmark", "hardware", "baseline", "method", "axis", "question"))
+        if key not in seen:
+            seen.add(key)
+            kept.append(row)
+    return kept
+
+
+def bottom_line(rows: Sequence[Mapping], *, tables: Sequence[str] = (), runs_total: int | None = None,
+                runs_reused: int | None = None, analysis: str | None = None) -> list[str]:
+    """The lines a study target ends with. `rows`: summary.csv's rows (dicts of strings); `tables`:
+    where the tables are; `runs_total` / `runs_reused`: the study's runs and those finished before
+    this command (trained now: the rest); `analysis`: whether the tables were rewritten or re-used."""
+    primary = _distinct([r for r in rows if r.get("role") == "primary"])
+    questions = sorted({r["question"] for r in primary})
+    varying = [c for c in KEY_COLUMNS if len({r.get(c) for r in primary}) > 1] or ["benchmark"]
+    arms_vary = any(len({r.get(c) for r in primary}) > 1 for c in ARM_COLUMNS)
+    axes = {r.get("axis") or "time" for r in primary}
+
+    lines = ["Bottom line"]
+    if runs_total is not None:
+        reused = runs_reused or 0
+        lines.append(f"  runs: {runs_total} in the study, {reused} re-used as finished before this command, "
+                     f"{runs_total - reused} trained now" + (f"; tables {analysis}" if analysis else ""))
+    decided = [r for r in primary if _decision(r).lower() not in UNDECIDED]
+    per_question = ", ".join(f"({q}) {sum(r['question'] == q for r in decided)} of {sum(r['question'] == q for r in primary)}"
+                             for q in questions)
+    lines.append(f"  decided: {len(decided)} of {len(primary)} primary endpoints after the adjustment ({per_question})")
+    for q in questions:
+        shown = [r for r in primary if r["question"] == q]
+        words = QUESTION_WORDS.get(q, f"question {q}")
+        if q == "a":  # the paper's claim: PODS against vanilla GRPO on the training clock
+            claimed = [r for r in shown if (r.get("axis") or "time") == "time"
+                       and str(r.get("baseline", "grpo")).startswith("grpo") and str(r.get("method", "pods")).startswith("pods")]
+            reach = sum(_number(r.get("estimate")) >= PAPER_CLAIM for r in claimed)
+            words += (f"; the paper claims >= {PAPER_CLAIM}x for PODS over GRPO: {reach} of {len(claimed)} "
+                      f"such estimates on the training clock reach it")
+        lines.append(f"  ({q}) {words}:")
+        for r in shown:
+            label = " ".join(str(r.get(c) or "") for c in varying)
+            if arms_vary:
+                label += f" {r.get('method')} vs {r.get('baseline')}"
+            if len(axes) > 1:
+                label += f" (by {r.get('axis') or 'time'})"
+            lines.append(f"      {label}: {_estimate_text(r, q)} {_decision(r)}")
+    if tables:
+        lines.append(f"  tables: {', '.join(map(str, tables))}")
+    return lines

@@ -1,0 +1,69 @@
+"""The bottom line of a study target (pods.study.headline) and the content stamps that decide
+whether a derived table is stale (pods.study.stamps)."""
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+from pods.study import stamps
+from pods.study.headline import bottom_line, read_rows
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_bottom_line_of_the_committed_study_reads_its_summary():
+    lines = bottom_line(read_rows(REPO / "results/summary.csv"), tables=["results/summary.md"], runs_total=24,
+                        runs_reused=24, analysis="re-used")
+    text = "\n".join(lines)
+    assert lines[0] == "Bottom line"
+    assert "24 in the study, 24 re-used as finished before this command, 0 trained now; tables re-used" in text
+    assert "decided: 0 of 8 primary endpoints after the adjustment ((a) 0 of 4, (b) 0 of 4)" in text
+    assert "0 of 4 such estimates on the training clock reach it" in text
+    assert "arith equal_update pods-max_variance-n64-m16 vs grpo-n16-m16: 1.11 [0.73, 1.86] undecided" in text
+    assert lines[-1] == "  tables: results/summary.md"
+
+
+def test_the_bottom_line_reads_columns_by_name_and_ignores_new_ones():
+    rows = [
+        {"question": "a", "role": "primary", "estimate": "2.0", "ci_low": "1.8", "ci_high": "2.4", "benchmark": "x",
+         "verdict": "faster", "a_new_column": "?"},
+        {"question": "a", "role": "primary", "estimate": "1.2", "benchmark": "y", "verdict": "undecided"},
+        {"question": "a", "role": "secondary", "estimate": "9.0", "benchmark": "x", "verdict": "faster"},
+        {"question": "b", "role": "primary", "estimate": "0.05", "benchmark": "x", "verdict_adjusted": "higher",
+         "verdict": "higher"},
+    ]
+    text = "\n".join(bottom_line(rows))
+    assert "decided: 2 of 3 primary endpoints after the adjustment ((a) 1 of 2, (b) 1 of 1)" in text
+    assert "1 of 2 such estimates on the training clock reach it" in text
+    assert "x: 2.00 [1.80, 2.40] faster" in text and "y: 1.20 undecided" in text and "x: +0.050 higher" in text
+    assert "9.00" not in text  # secondary endpoints are the tables' business
+
+
+def test_the_bottom_line_follows_a_summary_written_with_other_columns(tmp_path):
+    path = tmp_path / "summary.csv"
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, ["role", "estimate", "question", "verdict_adjusted", "benchmark"])
+        writer.writeheader()
+        writer.writerow({"role": "primary", "estimate": "0.9", "question": "a", "verdict_adjusted": "slower",
+                         "benchmark": "z"})
+    text = "\n".join(bottom_line(read_rows(path)))
+    assert "decided: 1 of 1 primary endpoints after the adjustment ((a) 1 of 1)" in text and "z: 0.90 slower" in text
+
+
+def test_a_stamp_matches_by_content_not_by_time_and_travels_with_its_folder(tmp_path):
+    inputs = tmp_path / "results/runs/a.jsonl"
+    inputs.parent.mkdir(parents=True)
+    inputs.write_text("one\n")
+    stamp = tmp_path / "results/stamps/analyze.json"
+    assert not stamps.unchanged(stamp, [inputs])  # none recorded yet
+    stamps.write(stamp, [inputs], {"boot": 100})
+    os.utime(inputs, (1, 1))
+    assert stamps.unchanged(stamp, [inputs], {"boot": 100})
+    assert not stamps.unchanged(stamp, [inputs], {"boot": 200})  # a parameter changed
+    assert not stamps.unchanged(stamp, [inputs, tmp_path / "results/runs/b.jsonl"], {"boot": 100})  # absent input
+    moved = tmp_path / "copy"
+    (tmp_path / "results").rename(moved)
+    assert stamps.unchanged(moved / "stamps/analyze.json", [moved / "runs/a.jsonl"], {"boot": 100})
+    (moved / "runs/a.jsonl").write_text("two\n")
+    assert not stamps.unchanged(moved / "stamps/analyze.json", [moved / "runs/a.jsonl"], {"boot": 100})
