@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     if (clash := foreign_pods()) is not None:
         print(f"pods: error: {clash}", file=sys.stderr)
         return 2
-    try:  # the commands need the `study` extra; a core-only install (`pip install pods`) says so in one line
+    try:  # the commands need the `study` extra; a core-only install (no extras) says so in one line
         from pods.runs import RunFailed, RunInterrupted
         parser = build_parser(argv[0] if argv else None)
     except ModuleNotFoundError as exc:

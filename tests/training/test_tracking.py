@@ -159,6 +159,6 @@ def test_bad_or_missing_report_to_is_refused_at_parse_time(monkeypatch):
         load_train_config(None, ["report_to={a: 1}"])
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "trackio" else real(name, *a))
-    with pytest.raises(ValueError, match=r"'trackio' needs the trackio package: pip install 'pods\[track\]'"):
+    with pytest.raises(ValueError, match=r"'trackio' needs the trackio package: pip install -e '\.\[track\]'"):
         load_train_config(None, ["report_to=[trackio]"])
     assert load_train_config(None, []).report_to == []

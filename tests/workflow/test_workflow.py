@@ -344,7 +344,14 @@ def test_smoke_study_end_to_end_then_figures_from_cache(tmp_path):
     expected_rows = {(c["benchmark"], c["design"], c["baseline"], c["method"]) for c in study}
     assert set(zip(table["benchmark"], table["design"], table["baseline"], table["method"])) == expected_rows
     assert (results / "summary.md").read_text().count("\n") > len(study)
-    assert (results / "summary.md").read_text() in proc.stdout  # reproduce ends by printing its table
+    # reproduce ends with its bottom line on stdout, read off the table it wrote
+    from pods.study.headline import bottom_line, read_rows
+
+    expected = bottom_line(read_rows(results / "summary.csv"), tables=[str(results / "summary.md"),
+                           str(results / "summary.csv"), f"{tmp_path / 'figures'}/"], runs_total=len(runs),
+                           runs_reused=0, analysis="rewritten now")
+    assert proc.stdout.rstrip().endswith("\n".join(expected[-3:])) or "\n".join(expected) in proc.stdout, proc.stdout[-3000:]
+    assert f"runs: {len(runs)} in the study, 0 re-used as finished before this command, {len(runs)} trained now" in proc.stdout
     figures = sorted((tmp_path / "figures").rglob("*.png"))
     assert figures and all(p.with_suffix(".pdf").stat().st_size > 0 for p in figures)
 
