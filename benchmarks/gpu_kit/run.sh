@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The GPU kit's one command (runs on the GPU machine, no network; about 8 minutes on one H200):
+# The GPU kit's one command (runs on the GPU machine, no network; about 8 minutes on one H200 with
+# the eager rollouts alone, a few more with the compiled ones):
 #
 #   bash benchmarks/gpu_kit/run.sh OUT          # on the GPU machine, after prepare.sh here
 #   bash benchmarks/gpu_kit/run.sh OUT --cpu    # the dry run (CI): tiny shapes, device=cpu
@@ -8,9 +9,13 @@
 #     outside OUT, with no index (compiled sdists are built there with the image's compiler);
 #  1. smoke runs of `pods train` on a tiny warm-started model: hf + torch, hf + DeepSpeed ZeRO-2
 #     (one process, NCCL), hf + LoRA (peft), each a few PODS 64 -> 16 steps, phase means printed;
-#  2. the measurement: seconds per step by phase of GRPO n=16, PODS 64->16 and GRPO-GA n=64 at the
-#     paper's single-GPU sizes (step_costs.py), LoRA and full fine-tuning, into OUT/<hw>-{lora,full}.json;
-#  3. `pods project` with those files: our measured step efficiency, and the paper's, over this
+#  2. decoding speed: tokens per second of the eager `hf` engine and of `hf_static` (static KV cache,
+#     compiled decode step captured as CUDA graphs) at the paper's sizes (decode_speed.py,
+#     OUT/decode-speed.json);
+#  3. the measurement: seconds per step by phase of GRPO n=16, PODS 64->16 and GRPO-GA n=64 at the
+#     paper's single-GPU sizes (step_costs.py), LoRA and full fine-tuning, with `hf` rollouts into
+#     OUT/<hw>-{lora,full}.json, then with `hf_static` rollouts into OUT/<hw>-{lora,full}-static.json;
+#  4. `pods project` with those files: our measured step efficiency, and the paper's, over this
 #     machine's step-cost ratios (OUT/projection.md).
 # Each part has its own time limit, so a slow part leaves the next its time. HARDWARE names the
 # machine in the cost files (default: h200).
@@ -25,9 +30,11 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 hw=${HARDWARE:-h200}
 if [ "$cpu" = "--cpu" ]; then
     device=cpu; precision=fp32; costs_args=(--arch tiny --device cpu --steps 1 --prompt-tokens 8 --completion-tokens 16)
-    smoke_s=300; costs_s=300; hw=${HARDWARE:-cpu-dry-run}
+    decode_args=(--arch tiny --device cpu --prompt-tokens 8 --completion-tokens 16 --repeats 1)
+    smoke_s=300; costs_s=300; decode_s=300; hw=${HARDWARE:-cpu-dry-run}
 else
-    device=cuda; precision=bf16; costs_args=(--steps 2); smoke_s=${SMOKE_S:-150}; costs_s=${COSTS_S:-240}
+    device=cuda; precision=bf16; costs_args=(--steps 2); decode_args=()
+    smoke_s=${SMOKE_S:-150}; costs_s=${COSTS_S:-240}; decode_s=${DECODE_S:-180}
 fi
 py=python3
 command -v python3 >/dev/null || py=python
@@ -84,15 +91,22 @@ for engine in ("torch", "lora", "deepspeed"):
           for p in ("generate", "reward", "select", "logprob", "update")) + " |")
 PY
 
-# 2. the step costs at the paper's sizes
-for engine in lora torch; do
-    name=$([ "$engine" = torch ] && echo full || echo lora)
-    timeout "$costs_s" $py benchmarks/gpu_kit/step_costs.py "${costs_args[@]}" --engine "$engine" \
-        --hardware "$hw-$name" --out "$out/$hw-$name.json" > "$out/costs-$name.log" 2>&1
-    echo "step costs ($engine): exit $?"; tail -6 "$out/costs-$name.log"
+# 2. tokens per second, eager against compiled decoding
+timeout "$decode_s" $py benchmarks/gpu_kit/decode_speed.py "${decode_args[@]}" --out "$out/decode-speed.json" \
+    > "$out/decode-speed.log" 2>&1
+echo "decode speed: exit $?"; tail -5 "$out/decode-speed.log"
+
+# 3. the step costs at the paper's sizes: eager rollouts (the earlier figures), then compiled ones
+for rollout in hf hf_static; do
+    for engine in lora torch; do
+        name=$([ "$engine" = torch ] && echo full || echo lora)$([ "$rollout" = hf_static ] && echo -static)
+        timeout "$costs_s" $py benchmarks/gpu_kit/step_costs.py "${costs_args[@]}" --engine "$engine" \
+            --rollout-engine "$rollout" --hardware "$hw-$name" --out "$out/$hw-$name.json" > "$out/costs-$name.log" 2>&1
+        echo "step costs ($engine, $rollout rollouts): exit $?"; tail -6 "$out/costs-$name.log"
+    done
 done
 
-# 3. projections onto this machine
+# 4. projections onto this machine
 costs=("$out"/"$hw"-*.json)
 if [ -e "${costs[0]}" ]; then
     pods project --summary results/summary.csv --paper results/paper/summary.csv --costs "${costs[@]}" \
@@ -103,7 +117,8 @@ rm -rf "$work"
 ls -1 "$out"
 if [ "$cpu" = "--cpu" ]; then  # the dry run fails loudly: every part must have run
     ! grep -q "did not run" "$out/smoke.md" || { echo "run.sh --cpu: a smoke run failed (smoke.log)" >&2; exit 1; }
-    for f in "$out/$hw-lora.json" "$out/$hw-full.json" "$out/projection/projection.md"; do
+    for f in "$out/$hw-lora.json" "$out/$hw-full.json" "$out/$hw-lora-static.json" "$out/$hw-full-static.json" \
+             "$out/decode-speed.json" "$out/projection/projection.md"; do
         [ -s "$f" ] || { echo "run.sh --cpu: $f is missing" >&2; exit 1; }
     done
     echo "run.sh --cpu: the dry run went through every part"

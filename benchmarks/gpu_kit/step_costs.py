@@ -2,9 +2,11 @@
 
     python benchmarks/gpu_kit/step_costs.py --out costs.json --hardware h200 [--engine lora]
     python benchmarks/gpu_kit/step_costs.py --arch tiny --device cpu --steps 1   # the CPU dry run
+    python benchmarks/gpu_kit/step_costs.py --rollout-engine hf_static ...        # compiled decoding
 
 The model is built from Qwen2.5-3B's architecture with random weights (no download) in bf16, and
-driven through this package's own engines: `hf` rollouts, then the `lora` update engine (the
+driven through this package's own engines: `hf` rollouts (eager; `--rollout-engine hf_static`:
+static KV cache and a compiled, CUDA-graph-captured decode step), then the `lora` update engine (the
 paper's single-GPU recipe: rank 64, alpha 64, the seven projections; a bf16 base here, not 4-bit)
 or the `torch` engine (full fine-tuning, as in the 8-GPU setting, on one device). Shapes are the
 single-GPU setting's (docs/paper.md 2.1): one prompt per step, completions of exactly 512 tokens
@@ -34,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, wh
 from pods.training.batches import UpdateBatch  # noqa: E402
 from pods.training.config import TrainConfig  # noqa: E402
 from pods.grpo import kept_advantages  # noqa: E402
-from pods.training.rollout.hf import HFRolloutEngine  # noqa: E402
+from pods.training.rollout import rollout_engine_class  # noqa: E402
 from pods.selection import select  # noqa: E402
 
 ARMS = {"GRPO n=16": (16, 16), "PODS n=64->16": (64, 16), "GRPO-GA n=64": (64, 64)}
@@ -55,6 +57,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--arch", choices=sorted(ARCHS), default="qwen2.5-3b")
     p.add_argument("--device", default="cuda")
     p.add_argument("--engine", choices=("lora", "torch"), default="lora")
+    p.add_argument("--rollout-engine", choices=("hf", "hf_static"), default="hf")
     p.add_argument("--prompt-tokens", type=int, default=200, help="prompt length (a GSM8K question in its template)")
     p.add_argument("--completion-tokens", type=int, default=512)
     p.add_argument("--micro-batch", type=int, default=16)
@@ -77,7 +80,8 @@ def build(args):
 def train_config(args, n: int, m: int) -> TrainConfig:
     cfg = TrainConfig(
         benchmark="arith", device=args.device, precision="bf16" if args.device.startswith("cuda") else "fp32",
-        update_engine=args.engine, rollout_engine="hf", n=n, m=m, rule=method_for(n, m, "max_variance").rule,
+        update_engine=args.engine, rollout_engine=args.rollout_engine, n=n, m=m,
+        rule=method_for(n, m, "max_variance").rule,
         prompts_per_step=1, micro_batch=args.micro_batch, max_new_tokens=args.completion_tokens, temperature=0.9,
         beta=0.04, lr=5e-6, load_in_4bit=False, lora_rank=64, lora_alpha=64, gradient_checkpointing=True,
     )
@@ -95,8 +99,8 @@ def run_arm(args, model, n: int, m: int) -> list[dict[str, float]]:
     cfg = train_config(args, n, m)
     updater = make_update_engine(args.engine, model=model, config=cfg)
     # pad 0; an EOS id no model emits: every completion runs to exactly --completion-tokens
-    sampler = HFRolloutEngine(model=updater.policy, tokenizer=SimpleNamespace(pad_token_id=0, eos_token_id=-1),
-                              config=cfg)
+    sampler = rollout_engine_class(args.rollout_engine)(
+        model=updater.policy, tokenizer=SimpleNamespace(pad_token_id=0, eos_token_id=-1), config=cfg)
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(1, ARCHS[args.arch]["vocab_size"], (args.prompt_tokens,), generator=gen).tolist()
     steps = []
@@ -143,7 +147,7 @@ def main() -> int:
         print(f"{label}: " + ", ".join(f"{k} {v:.3f} s" for k, v in rows[label].items()), flush=True)
         del model
     cols = [*PHASES, "step"]
-    print(f"\n{args.arch}, {args.engine} update, 1 prompt/step, {args.prompt_tokens} prompt + "
+    print(f"\n{args.arch}, {args.rollout_engine} rollouts, {args.engine} update, 1 prompt/step, {args.prompt_tokens} prompt + "
           f"{args.completion_tokens} completion tokens, micro-batch {args.micro_batch}, {args.steps} timed steps")
     print("| arm | " + " | ".join(f"{c} s" for c in cols) + " |")
     print("|---|" + "---|" * len(cols))
@@ -158,7 +162,8 @@ def main() -> int:
             "hardware": args.hardware, "device": device_name,
             "s_per_step": {methods[label]: row["step"] for label, row in rows.items()},
             "phase_s_per_step": {methods[label]: {p: row[p] for p in PHASES} for label, row in rows.items()},
-            "settings": {"arch": args.arch, "weights": "random", "engine": args.engine, "prompts_per_step": 1,
+            "settings": {"arch": args.arch, "weights": "random", "engine": args.engine,
+                         "rollout_engine": args.rollout_engine, "prompts_per_step": 1,
                          "prompt_tokens": args.prompt_tokens, "completion_tokens": args.completion_tokens,
                          "micro_batch": args.micro_batch, "beta": 0.04, "timed_steps": args.steps,
                          "torch": torch.__version__},

@@ -179,6 +179,13 @@ class TrainConfig:
     optimizer: str = field(
         default="adamw", metadata={"help": "`adamw` (torch), or `adamw_8bit` (bitsandbytes, the paper's; lora engine)."}
     )
+    compile_update: bool = field(
+        default=False,
+        metadata={"help": "torch engine: run the update's forward and backward through `torch.compile`d MLP blocks "
+                          "(inductor: the activation's elementwise chain fused into one kernel). The first steps pay "
+                          "the compilation; the numbers change in the last bits, so the committed runs (made without "
+                          "it) are not reproduced bit for bit with it on. Rollouts stay eager."},
+    )
 
     # ---- engine options: read by the engine named in the comment (its options class validates them)
     lora_rank: int = field(default=64, metadata={"help": "lora: LoRA rank r (paper: 64)."})
@@ -303,6 +310,8 @@ class TrainConfig:
         choice("optimizer", ("adamw", "adamw_8bit"))
         need(self.optimizer == "adamw" or self.update_engine == "lora", "optimizer",
              "adamw_8bit is implemented by update_engine 'lora' only")
+        need(not self.compile_update or self.update_engine == "torch", "compile_update",
+             f"is implemented by update_engine 'torch' only (update_engine is {self.update_engine!r})")
         for key in ("prompts_per_step", "micro_batch", "max_new_tokens", "eval_repeats", "eval_batch", "num_threads"):
             need(getattr(self, key) >= 1, key, "must be >= 1")
         for key in ("lr", "temperature", "eval_temperature"):

@@ -14,6 +14,8 @@ from pods.registry import EngineEntry, Registry, load
 ROLLOUT_ENGINES: Registry[EngineEntry] = Registry("rollout_engine")
 # CPU/GPU, KV cache, each prompt prefilled once
 ROLLOUT_ENGINES.add("hf", EngineEntry("pods.training.rollout.hf:HFRolloutEngine"))
+# the same sampling with a static KV cache and a torch.compile'd decode step (CUDA graphs on a GPU)
+ROLLOUT_ENGINES.add("hf_static", EngineEntry("pods.training.rollout.hf_static:StaticHFRolloutEngine"))
 # CUDA, in-process vLLM colocated with training; weights (or the LoRA adapter) pushed after each update
 ROLLOUT_ENGINES.add("vllm", EngineEntry("pods.training.rollout.vllm:VLLMRolloutEngine",
                                         options="pods.training.rollout.vllm:VLLMOptions"))

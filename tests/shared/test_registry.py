@@ -31,7 +31,7 @@ def test_every_registry_refuses_a_taken_name_and_lists_its_names(registry):
 
 
 def test_the_engines_are_each_registered_once():
-    assert ROLLOUT_ENGINES.names() == ["hf", "vllm"]
+    assert ROLLOUT_ENGINES.names() == ["hf", "hf_static", "vllm"]
     assert UPDATE_ENGINES.names() == ["torch", "lora", "deepspeed"]
 
 

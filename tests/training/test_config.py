@@ -93,3 +93,11 @@ def test_paper_profile_keys_are_accepted():
     assert (cfg.lora_rank, cfg.optimizer, cfg.vllm_sleep) == (16, "adamw_8bit", False)
     with pytest.raises(ValueError, match="'optimizer'"):
         load_train_config(None, ["optimizer=adamw_8bit"])
+
+
+def test_speed_options_are_accepted_and_checked():
+    cfg = load_train_config(None, ["rollout_engine=hf_static", "compile_update=true"])
+    assert (cfg.rollout_engine, cfg.compile_update) == ("hf_static", True)
+    assert not TrainConfig().compile_update and TrainConfig().rollout_engine == "hf"  # the committed runs' path
+    with pytest.raises(ValueError, match="'compile_update'.*'torch' only"):
+        load_train_config(None, ["compile_update=true", "update_engine=lora"])

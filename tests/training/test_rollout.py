@@ -165,3 +165,73 @@ def test_shared_prompt_pass_equals_row_by_row_in_value_and_gradient(model, tok):
     model.zero_grad()
     torch.testing.assert_close(results[1][0], results[0][0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(results[1][1], results[0][1], atol=1e-5, rtol=1e-4)
+
+
+# --- hf_static: the static cache and the fixed-shape decode step give hf's greedy tokens ----------
+def static_engine(model, tokenizer, compile=False):
+    from pods.training.rollout.hf_static import StaticHFRolloutEngine
+
+    return StaticHFRolloutEngine(model=model, tokenizer=tokenizer, compile=compile)
+
+
+@pytest.fixture(scope="module")
+def lively(model):
+    """The tiny model with large random weights: its greedy continuations vary from prompt to prompt and
+    from position to position (the initial weights' all repeat one token), so a wrong cache position shows."""
+    import copy
+
+    lively = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in lively.parameters():
+            p.copy_(torch.randn(p.shape, generator=generator) * (0.3 if p.dim() > 1 else 1.0))
+    return lively
+
+
+def test_static_engine_greedy_equals_hf_engine(lively, tok):
+    model, prompts = lively, encode_prompts(tok, TEXTS)
+    free = HFRolloutEngine(model=model, tokenizer=tok).generate(prompts, 1, temperature=1.0, max_new_tokens=12, greedy=True)
+    candidates = sorted(set(free.completion_ids.flatten().tolist()))
+    assert len(candidates) >= 2  # continuations that differ
+    uneven = False
+    for eos in [tok.eos_token_id, *candidates]:  # emitted tokens as "EOS" stop rows at different steps
+        ids = Ids(tok.pad_token_id, eos)
+        want = HFRolloutEngine(model=model, tokenizer=ids).generate(prompts, 3, temperature=1.0, max_new_tokens=12, greedy=True)
+        engine = static_engine(model, ids)
+        for _ in range(2):  # the second call reuses the engine's cache, emptied
+            got = engine.generate(prompts, 3, temperature=1.0, max_new_tokens=12, greedy=True)
+            assert torch.equal(got.completion_ids, want.completion_ids), eos
+            assert torch.equal(got.completion_mask, want.completion_mask) and got.group.tolist() == want.group.tolist()
+        uneven |= min(want.lengths.tolist()) < max(want.lengths.tolist())
+    assert uneven
+
+
+def test_static_engine_samples_the_tempered_distribution(model, tok):
+    prompt = encode_prompts(tok, ["3+4="])
+    with torch.no_grad():
+        logits = model(torch.tensor(prompt)).logits
+    torch.manual_seed(0)
+    got = static_engine(model, Ids(tok.pad_token_id, -1)).generate(prompt, 2000, temperature=0.7, max_new_tokens=2)
+    first = got.completion_ids[:, 0]
+    expected = torch.softmax(logits[0, len(prompt[0]) - 1].float() / 0.7, -1)
+    freq = torch.bincount(first, minlength=len(expected)).double() / len(first)
+    top = expected.argsort(descending=True)[:5]
+    assert ((freq[top] - expected[top]).abs() <= 5 * (expected[top] * (1 - expected[top]) / len(first)).sqrt() + 1e-3).all()
+    # the second token of the rows that drew the most frequent first token follows the model given that token
+    token = int(top[0])
+    rows = first == token
+    with torch.no_grad():
+        after = model(torch.tensor([prompt[0] + [token]])).logits[0, -1].float()
+    expected2 = torch.softmax(after / 0.7, -1)
+    freq2 = torch.bincount(got.completion_ids[rows, 1], minlength=len(expected2)).double() / int(rows.sum())
+    top2 = expected2.argsort(descending=True)[:3]
+    n2 = int(rows.sum())
+    assert ((freq2[top2] - expected2[top2]).abs() <= 5 * (expected2[top2] * (1 - expected2[top2]) / n2).sqrt() + 1e-3).all()
+
+
+@pytest.mark.slow
+def test_compiled_static_engine_greedy_equals_hf_engine(lively, tok):
+    model, prompts = lively, encode_prompts(tok, TEXTS)
+    want = HFRolloutEngine(model=model, tokenizer=tok).generate(prompts, 4, temperature=1.0, max_new_tokens=10, greedy=True)
+    got = static_engine(model, tok, compile=True).generate(prompts, 4, temperature=1.0, max_new_tokens=10, greedy=True)
+    assert torch.equal(got.completion_ids, want.completion_ids) and torch.equal(got.completion_mask, want.completion_mask)

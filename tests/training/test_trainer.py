@@ -210,3 +210,17 @@ def test_dynamic_sampling_in_the_loop_trains_only_informative_groups(base, tmp_p
         # a full step stopped refilling; a short one used every round
         assert rows == 16 or record["generation_rounds"] == 3
     assert any(r["generation_rounds"] > 1 for r in steps) or all(r["groups_dropped"] == 0 for r in steps)
+
+
+@pytest.mark.slow
+def test_speed_options_reproduce_the_default_runs_losses(base, tmp_path):
+    """compile_update (inductor-fused MLPs in the update) and hf_static rollouts (static cache, compiled
+    decoding) change the numbers in the last bits only: a short run logs the default's losses to tolerance."""
+    runs = {}
+    for name, extra in {"default": [], "compiled": ["compile_update=true", "rollout_engine=hf_static"]}.items():
+        train(config(base, tmp_path / name, "n=8", "m=4", "max_steps=3", *extra), progress_bar=False)
+        runs[name] = read_jsonl(tmp_path / name / "steps.jsonl", finished=True)
+    for default, compiled in zip(runs["default"], runs["compiled"], strict=True):
+        assert compiled["tokens_generated"] == default["tokens_generated"]
+        for key in ("loss", "grad_norm", "reward_mean"):
+            assert compiled[key] == pytest.approx(default[key], rel=1e-4, abs=1e-6), key

@@ -3,8 +3,16 @@
 Each distinct prompt is prefilled once and its cache repeated n times, as vLLM's prefix caching
 would share it; rows that have emitted EOS are dropped from the batch (and the cache) as they
 accumulate, so long-tailed length distributions do not keep paying for finished rows.
+
+The cache grows by concatenation (`DynamicCache`), which copies it at every step. A cache
+preallocated for the whole completion and read through views of its filled positions gives the
+same tokens but was slower on the embedded CPU model: CPU attention over keys that are not
+contiguous costs more than the copy saves. `hf_static` (pods.training.rollout.hf_static) is the
+static-shape, compiled variant, for GPUs.
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 import torch.distributed as dist
@@ -62,7 +70,16 @@ class HFRolloutEngine(RolloutEngine):
         generator = None
         if seed is not None and not greedy:
             generator = torch.Generator(device=device).manual_seed(seed)
+        sample = functools.partial(choose, greedy=greedy, temperature=temperature, generator=generator)
+        try:
+            cache, logits, attention = self._prefill(model, prompt_ids, n, device)
+            tokens, mask = self._decode(model, cache, logits, attention, sample, max_new_tokens)
+        finally:
+            model.train(was_training)
+        return cut_after_eos(prompt_ids, n, tokens, mask, self.eos_id, self.pad_id)
 
+    def _prefill(self, model, prompt_ids, n, device):
+        """Each prompt once, left-padded: its cache and last logits repeated n times, and the attention mask."""
         G = len(prompt_ids)
         width = max(len(p) for p in prompt_ids)
         input_ids = torch.full((G, width), self.pad_id, dtype=torch.long, device=device)
@@ -83,19 +100,19 @@ class HFRolloutEngine(RolloutEngine):
             cache.batch_repeat_interleave(n)
             logits = logits.repeat_interleave(n, dim=0)
             attention = attention.repeat_interleave(n, dim=0)
-        next_pos = attention.sum(dim=1)  # [B] position of the next token
+        return cache, logits, attention
 
-        B = G * n
+    def _decode(self, model, cache, logits, attention, sample, max_new_tokens):
+        """Tokens and mask `[B, max_new_tokens]` sampled one position at a time after the prefill."""
+        device = logits.device
+        next_pos = attention.sum(dim=1)  # [B] position of the next token
+        B = logits.shape[0]
         tokens = torch.full((B, max_new_tokens), self.pad_id, dtype=torch.long, device=device)
         mask = torch.zeros((B, max_new_tokens), dtype=torch.long, device=device)
         active = torch.arange(B, device=device)  # original row of each running row
         finished = torch.zeros(B, dtype=torch.bool, device=device)  # per running row
         for t in range(max_new_tokens):
-            if greedy:
-                chosen = logits.argmax(dim=-1)
-            else:
-                probs = torch.softmax(logits / temperature, dim=-1)
-                chosen = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+            chosen = sample(logits)
             # a finished row that is still in the batch keeps sampling; its tokens are cut below
             tokens[active, t] = chosen
             mask[active, t] = 1
@@ -116,19 +133,30 @@ class HFRolloutEngine(RolloutEngine):
             cache = getattr(out, CACHE)
             logits = out.logits[:, -1, :].float()
             next_pos = next_pos + 1
-        model.train(was_training)
+        return tokens, mask
 
-        # cut every row after its first EOS (rows not yet compacted away kept sampling)
-        is_eos = (tokens == self.eos_id) & (mask == 1)
-        after_eos = (is_eos.long().cumsum(dim=1) - is_eos.long()) > 0
-        mask = mask.masked_fill(after_eos, 0)
-        tokens = tokens.masked_fill(mask == 0, self.pad_id)
-        T = int(mask.sum(dim=0).nonzero().max()) + 1 if mask.any() else 1
-        group = torch.arange(G, device=device).repeat_interleave(n)
-        return Rollouts(
-            prompt_ids=[list(p) for p in prompt_ids],
-            completion_ids=tokens[:, :T].cpu(),
-            completion_mask=mask[:, :T].cpu(),
-            group=group.cpu(),
-            n=n,
-        )
+
+def choose(logits: torch.Tensor, *, greedy: bool, temperature: float, generator) -> torch.Tensor:
+    """The next token of every row: argmax, or a draw from softmax(logits / temperature)."""
+    if greedy:
+        return logits.argmax(dim=-1)
+    probs = torch.softmax(logits / temperature, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+
+def cut_after_eos(prompt_ids, n, tokens, mask, eos_id, pad_id) -> Rollouts:
+    """The rollouts, every row cut after its first EOS (rows still in the batch kept sampling)."""
+    device = tokens.device
+    is_eos = (tokens == eos_id) & (mask == 1)
+    after_eos = (is_eos.long().cumsum(dim=1) - is_eos.long()) > 0
+    mask = mask.masked_fill(after_eos, 0)
+    tokens = tokens.masked_fill(mask == 0, pad_id)
+    T = int(mask.sum(dim=0).nonzero().max()) + 1 if mask.any() else 1
+    group = torch.arange(len(prompt_ids), device=device).repeat_interleave(n)
+    return Rollouts(
+        prompt_ids=[list(p) for p in prompt_ids],
+        completion_ids=tokens[:, :T].cpu(),
+        completion_mask=mask[:, :T].cpu(),
+        group=group.cpu(),
+        n=n,
+    )

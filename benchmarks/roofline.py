@@ -1,0 +1,226 @@
+"""The CPU step against its matmul roofline: one-thread matmul peak, and the FLOP rate of the update and of decoding.
+
+    python benchmarks/roofline.py [--base-model models/arith/base] [--rounds 3]
+                                  [--rollout-engines hf hf_static] [--compile-update]
+
+In one process, one thread, on the model, prompts and batch of the embedded study (8 prompts of
+the task; GRPO generates 16 rollouts per prompt, PODS 64; both train 128):
+
+1. **Peak**: `torch.addmm` (what a linear layer runs) at every weight shape of the model, with
+   M = the update's rows (completion positions of the 128 trained rollouts) and M = each decode
+   batch (128 and 512 rows). The peak is the best rate over these shapes: what one core does on the
+   matrix products this model has, the ceiling of both phases.
+2. **Update**: the `torch` update engine's optimiser step on the 128 trained rollouts (forward,
+   backward, clipping, AdamW), and, with `--compile-update`, the same step with `compile_update`.
+3. **Decode**: one `generate` call of each rollout engine (prefill, then one token per row and
+   step until every row has stopped or 32 tokens), GRPO and PODS shapes.
+
+How the FLOPs are counted: `torch.utils.flop_counter.FlopCounterMode` (torch's own counter) records
+the matrix products each phase dispatches (mm, addmm, bmm and attention; this script registers
+torch's attention formula for the CPU flash-attention kernel, which the counter does not know)
+with the shapes actually run, in an untimed eager pass over the same inputs. The elementwise work
+(activations, norms, softmax, sampling, the optimiser) counts zero: it is the overhead a roofline
+fraction measures. Padding and rows that keep decoding after their EOS are counted, since they are
+executed; the line `useful` gives the share of the counted FLOPs that fall on real tokens. A
+compiled variant runs the same products as its eager pass (its count comes from an eager pass of
+the same engine with the same shapes). Each timing is the fastest of `--rounds` interleaved
+repetitions, with the load average printed beside it: other processes on the machine slow every
+row, so compare rows of one run, not of two.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+import torch  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode, register_flop_formula, sdpa_backward_flop_count, sdpa_flop_count  # noqa: E402
+
+from pods.training.batches import UpdateBatch  # noqa: E402
+from pods.training.config import TrainConfig  # noqa: E402
+from pods.training.models import load_policy  # noqa: E402
+from pods.training.rollout import rollout_engine_class  # noqa: E402
+from pods.training.rollout.base import encode_prompts  # noqa: E402
+from pods.training.tasks import get_task  # noqa: E402
+from pods.training.update import make_update_engine  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from step_time import ensure_base  # noqa: E402
+
+ARMS = {"GRPO n=16": 16, "PODS n=64": 64}  # decode shapes: rollouts per prompt
+TRAINED = 16  # rollouts per prompt in the update (both arms train 8 x 16)
+
+
+@register_flop_formula(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu)
+def _cpu_sdpa_flop(query, key, value, *args, out_shape=None, **kwargs) -> int:
+    return sdpa_flop_count(query, key, value)  # shapes: the counter passes them in place of tensors
+
+
+@register_flop_formula(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward)
+def _cpu_sdpa_backward_flop(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:
+    return sdpa_backward_flop_count(grad_out, query, key, value)
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--base-model", default="models/arith/base", help="model folder (built untrained if missing)")
+    p.add_argument("--benchmark", default="arith")
+    p.add_argument("--prompts", type=int, default=8)
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--rounds", type=int, default=3, help="interleaved repetitions; the fastest of each is kept")
+    p.add_argument("--rollout-engines", nargs="+", default=["hf"], help="rollout engines to measure (hf, hf_static)")
+    p.add_argument("--compile-update", action="store_true", help="also measure the update with compile_update")
+    return p.parse_args()
+
+
+def load() -> str:
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def fastest(fn, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def counted(fn) -> int:
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return counter.get_total_flops()
+
+
+def linear_shapes(model) -> list[tuple[int, int]]:
+    """(in, out) of every matrix product weight of the model (Linear, GPT-2's Conv1D, the tied head)."""
+    shapes = set()
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if weight is None or weight.dim() != 2 or isinstance(module, torch.nn.Embedding):
+            continue
+        k, n = (weight.shape[1], weight.shape[0]) if isinstance(module, torch.nn.Linear) else tuple(weight.shape)
+        shapes.add((int(k), int(n)))
+    return sorted(shapes)
+
+
+def matmul_rates(shapes, rows: dict[str, int], repeats: int) -> dict[tuple[str, int, int], float]:
+    """GFLOP/s of `addmm(bias, x[M, K], w[K, N])` for every (M label, K, N)."""
+    rates = {}
+    for label, m in rows.items():
+        for k, n in shapes:
+            x, w, bias = torch.randn(m, k), torch.randn(k, n), torch.randn(n)
+            iters = max(1, int(2e8 / (2 * m * k * n)))  # ~0.2 GFLOP per timing
+
+            def run():
+                for _ in range(iters):
+                    torch.addmm(bias, x, w)
+
+            run()
+            rates[(label, k, n)] = 2 * m * k * n * iters / fastest(run, repeats) / 1e9
+    return rates
+
+
+def main() -> int:
+    args = parse_args()
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        base, warm = ensure_base(args.base_model, Path(tmp))
+        model, tokenizer = load_policy(base)
+    task = get_task(args.benchmark)
+    problems = task.train_problems(0)[: args.prompts]
+    prompts = encode_prompts(tokenizer, [task.render_prompt(p, tokenizer) for p in problems])
+    print(f"model: {base if warm else 'untrained default shape (no warm start found)'}; {args.prompts} prompts, "
+          f"max {args.max_new_tokens} new tokens, 1 thread, fastest of {args.rounds} rounds; torch {torch.__version__}, "
+          f"CPU kernels {torch.backends.cpu.get_cpu_capability()}")
+    print(f"start: {load()}")
+
+    # the update's batch: 16 sampled rollouts of each prompt, as a GRPO step trains them
+    sampler = rollout_engine_class("hf")(model=model, tokenizer=tokenizer)
+    torch.manual_seed(0)
+    rollouts = sampler.generate(prompts, TRAINED, temperature=1.0, max_new_tokens=args.max_new_tokens)
+    batch = UpdateBatch.from_rollouts(rollouts, torch.arange(len(rollouts)), tokenizer.pad_token_id)
+    advantages = torch.randn(len(batch), generator=torch.Generator().manual_seed(0))
+    update_rows = len(batch) * batch.completion_len  # positions of the shared-prompt pass's largest products
+
+    # 1. the peak at the model's shapes
+    shapes = linear_shapes(model)
+    rows = {"update": update_rows, "decode 128": args.prompts * 16, "decode 512": args.prompts * 64}
+    rates = matmul_rates(shapes, rows, repeats=5 * args.rounds)
+    peak_key = max(rates, key=rates.get)
+    peak = rates[peak_key]
+    print(f"\n## One-thread matmul (addmm) rates at the model's shapes, GFLOP/s ({load()})")
+    print("| M \\ K x N | " + " | ".join(f"{k}x{n}" for k, n in shapes) + " |")
+    print("|---|" + "---|" * len(shapes))
+    for label, m in rows.items():
+        print(f"| {label} (M={m}) | " + " | ".join(f"{rates[(label, k, n)]:.1f}" for k, n in shapes) + " |")
+    print(f"peak: {peak:.1f} GFLOP/s ([{rows[peak_key[0]]}x{peak_key[1]}] x [{peak_key[1]}x{peak_key[2]}])")
+
+    # 2. the update, 3. decoding: FLOPs counted once per variant, times the fastest of the rounds
+    def updater(compile_update: bool):
+        config = TrainConfig(benchmark=args.benchmark, micro_batch=len(batch), lr=1e-6, compile_update=compile_update)
+        return make_update_engine("torch", model=model, config=config)
+
+    updates = {"update (eager)": updater(False)}
+    if args.compile_update:
+        updates["update (compile_update)"] = updater(True)
+    update_flops = counted(lambda: updates["update (eager)"].step(batch, advantages))
+    engines = {name: rollout_engine_class(name)(model=model, tokenizer=tokenizer) for name in args.rollout_engines}
+
+    def decode(engine, n, seed=0):
+        torch.manual_seed(seed)
+        return engine.generate(prompts, n, temperature=1.0, max_new_tokens=args.max_new_tokens)
+
+    decode_flops, useful = {}, {}
+    for name, engine in engines.items():
+        eager = engine
+        if getattr(engine, "compile", False):  # count the products of the same engine run eagerly
+            eager = type(engine)(model=model, tokenizer=tokenizer, compile=False)
+        for arm, n in ARMS.items():
+            decode_flops[(name, arm)] = counted(lambda: decode(eager, n))
+            made = decode(eager, n)
+            # per real token: the products of one position (the FLOPs of a prefill-free pass over it)
+            useful[(name, arm)] = made.num_tokens / made.completion_mask.numel()
+    for step in updates.values():  # warm-up (compilation) off the clock
+        step.step(batch, advantages)
+    for engine in engines.values():
+        for n in ARMS.values():
+            decode(engine, n)
+
+    times: dict[str, float] = {}
+    for _ in range(args.rounds):
+        for label, step in updates.items():
+            times[label] = min(times.get(label, float("inf")), fastest(lambda: step.step(batch, advantages), 1))
+        for name, engine in engines.items():
+            for arm, n in ARMS.items():
+                key = f"decode {arm} ({name})"
+                times[key] = min(times.get(key, float("inf")), fastest(lambda: decode(engine, n), 1))
+
+    trained_share = batch.num_tokens / (len(batch) * batch.completion_len)
+    print(f"\n## Achieved rates ({load()})")
+    print("| phase | s | GFLOP | GFLOP/s | of peak | useful |")
+    print("|---|---|---|---|---|---|")
+    for label in updates:
+        t = times[label]
+        print(f"| {label}, 128 rollouts x {batch.completion_len} positions | {t:.4f} | {update_flops / 1e9:.2f} | "
+              f"{update_flops / t / 1e9:.1f} | {update_flops / t / 1e9 / peak:.0%} | {trained_share:.0%} |")
+    for name in engines:
+        for arm in ARMS:
+            key, flops = f"decode {arm} ({name})", decode_flops[(name, arm)]
+            t = times[key]
+            print(f"| {key} | {t:.4f} | {flops / 1e9:.2f} | {flops / t / 1e9:.1f} | {flops / t / 1e9 / peak:.0%} | "
+                  f"{useful[(name, arm)]:.0%} |")
+    print("\nof peak: counted matrix-product FLOPs / phase seconds / peak. useful: the share of the positions run "
+          "that are real tokens (update: completion tokens over rows x completion length; decode: generated "
+          "tokens over rows x decoding steps).")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
