@@ -1,7 +1,7 @@
 """The CPU step against its matmul roofline: one-thread matmul peak, and the FLOP rate of the update and of decoding.
 
     python benchmarks/roofline.py [--base-model models/arith/base] [--rounds 3]
-                                  [--rollout-engines hf hf_static] [--compile-update]
+                                  [--rollout-engines hf hf_static] [--compile-update] [--profile]
 
 In one process, one thread, on the model, prompts and batch of the embedded study (8 prompts of
 the task; GRPO generates 16 rollouts per prompt, PODS 64; both train 128):
@@ -25,7 +25,8 @@ executed; the line `useful` gives the share of the counted FLOPs that fall on re
 compiled variant runs the same products as its eager pass (its count comes from an eager pass of
 the same engine with the same shapes). Each timing is the fastest of `--rounds` interleaved
 repetitions, with the load average printed beside it: other processes on the machine slow every
-row, so compare rows of one run, not of two.
+row, so compare rows of one run, not of two. `--profile` adds where the time of the eager update
+and of the default decode goes, by operator (torch.profiler): what keeps a phase off the peak.
 """
 from __future__ import annotations
 
@@ -76,6 +77,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=3, help="interleaved repetitions; the fastest of each is kept")
     p.add_argument("--rollout-engines", nargs="+", default=["hf"], help="rollout engines to measure (hf, hf_static)")
     p.add_argument("--compile-update", action="store_true", help="also measure the update with compile_update")
+    p.add_argument("--profile", action="store_true", help="print the operators that take the time (torch.profiler)")
     return p.parse_args()
 
 
@@ -96,6 +98,22 @@ def counted(fn) -> int:
     with FlopCounterMode(display=False) as counter:
         fn()
     return counter.get_total_flops()
+
+
+def profile(label: str, fn, rows: int = 12) -> None:
+    """The operators taking the most self time in `fn`, as shares of its total."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events)
+    print(f"\n## Where the time goes: {label} ({total / 1e3:.0f} ms profiled, {load()})")
+    print("| operator | calls | ms | share |")
+    print("|---|---|---|---|")
+    for e in events[:rows]:
+        print(f"| {e.key} | {e.count} | {e.self_cpu_time_total / 1e3:.1f} | {e.self_cpu_time_total / total:.0%} |")
 
 
 def linear_shapes(model) -> list[tuple[int, int]]:
@@ -216,6 +234,10 @@ def main() -> int:
             t = times[key]
             print(f"| {key} | {t:.4f} | {flops / 1e9:.2f} | {flops / t / 1e9:.1f} | {flops / t / 1e9 / peak:.0%} | "
                   f"{useful[(name, arm)]:.0%} |")
+    if args.profile:
+        profile("update (eager)", lambda: updates["update (eager)"].step(batch, advantages))
+        for name, engine in engines.items():
+            profile(f"decode PODS n=64 ({name})", lambda: decode(engine, ARMS["PODS n=64"]))
     print("\nof peak: counted matrix-product FLOPs / phase seconds / peak. useful: the share of the positions run "
           "that are real tokens (update: completion tokens over rows x completion length; decode: generated "
           "tokens over rows x decoding steps).")
