@@ -31,10 +31,11 @@ hw=${HARDWARE:-h200}
 if [ "$cpu" = "--cpu" ]; then
     device=cpu; precision=fp32; costs_args=(--arch tiny --device cpu --steps 1 --prompt-tokens 8 --completion-tokens 16)
     decode_args=(--arch tiny --device cpu --prompt-tokens 8 --completion-tokens 16 --repeats 1)
-    smoke_s=300; costs_s=300; decode_s=300; hw=${HARDWARE:-cpu-dry-run}
+    smoke_s=300; costs_s=300; static_s=300; decode_s=300; hw=${HARDWARE:-cpu-dry-run}
 else
     device=cuda; precision=bf16; costs_args=(--steps 2); decode_args=()
-    smoke_s=${SMOKE_S:-150}; costs_s=${COSTS_S:-240}; decode_s=${DECODE_S:-180}
+    # the compiled runs compile the decode step once per arm (a fresh model each) before timing it
+    smoke_s=${SMOKE_S:-150}; costs_s=${COSTS_S:-240}; static_s=${STATIC_S:-420}; decode_s=${DECODE_S:-180}
 fi
 py=python3
 command -v python3 >/dev/null || py=python
@@ -100,7 +101,7 @@ echo "decode speed: exit $?"; tail -5 "$out/decode-speed.log"
 for rollout in hf hf_static; do
     for engine in lora torch; do
         name=$([ "$engine" = torch ] && echo full || echo lora)$([ "$rollout" = hf_static ] && echo -static)
-        timeout "$costs_s" $py benchmarks/gpu_kit/step_costs.py "${costs_args[@]}" --engine "$engine" \
+        timeout "$([ "$rollout" = hf_static ] && echo "$static_s" || echo "$costs_s")" $py benchmarks/gpu_kit/step_costs.py "${costs_args[@]}" --engine "$engine" \
             --rollout-engine "$rollout" --hardware "$hw-$name" --out "$out/$hw-$name.json" > "$out/costs-$name.log" 2>&1
         echo "step costs ($engine, $rollout rollouts): exit $?"; tail -6 "$out/costs-$name.log"
     done
