@@ -6,10 +6,11 @@
 In one process, one thread, on the model, prompts and batch of the embedded study (8 prompts of
 the task; GRPO generates 16 rollouts per prompt, PODS 64; both train 128):
 
-1. **Peak**: `torch.addmm` (what a linear layer runs) at every weight shape of the model, with
-   M = the update's rows (completion positions of the 128 trained rollouts) and M = each decode
-   batch (128 and 512 rows). The peak is the best rate over these shapes: what one core does on the
-   matrix products this model has, the ceiling of both phases.
+1. **Peak**: the matrix products of a linear layer at every weight shape of the model: with M =
+   the update's rows (completion positions of the 128 trained rollouts) the forward `addmm` and
+   the backward's two `mm` (transposed operands, as autograd runs them); with M = each decode
+   batch (128 and 512 rows) the forward. The peak is the best rate over these: what one core does
+   on the matrix products this model has, the ceiling of both phases.
 2. **Update**: the `torch` update engine's optimiser step on the 128 trained rollouts (forward,
    backward, clipping, AdamW), and, with `--compile-update`, the same step with `compile_update`.
 3. **Decode**: one `generate` call of each rollout engine (prefill, then one token per row and
@@ -128,20 +129,30 @@ def linear_shapes(model) -> list[tuple[int, int]]:
     return sorted(shapes)
 
 
-def matmul_rates(shapes, rows: dict[str, int], repeats: int) -> dict[tuple[str, int, int], float]:
-    """GFLOP/s of `addmm(bias, x[M, K], w[K, N])` for every (M label, K, N)."""
+# The products of a linear layer y = x w + b (x [M, K], w [K, N]): the forward, and the two of its
+# backward as autograd runs them (transposed operands are strided views, as there).
+PRODUCTS = {
+    "forward": lambda x, w, g, b: torch.addmm(b, x, w),
+    "backward dx": lambda x, w, g, b: torch.mm(g, w.t()),
+    "backward dw": lambda x, w, g, b: torch.mm(x.t(), g),
+}
+
+
+def matmul_rates(shapes, rows: dict[str, tuple[int, tuple[str, ...]]], repeats: int) -> dict[tuple, float]:
+    """GFLOP/s of every product of `PRODUCTS` named in `rows` (label -> (M, products)) at every (K, N)."""
     rates = {}
-    for label, m in rows.items():
-        for k, n in shapes:
-            x, w, bias = torch.randn(m, k), torch.randn(k, n), torch.randn(n)
-            iters = max(1, int(2e8 / (2 * m * k * n)))  # ~0.2 GFLOP per timing
+    for label, (m, products) in rows.items():
+        for product in products:
+            for k, n in shapes:
+                x, w, g, bias = torch.randn(m, k), torch.randn(k, n), torch.randn(m, n), torch.randn(n)
+                iters = max(1, int(2e8 / (2 * m * k * n)))  # ~0.2 GFLOP per timing
 
-            def run():
-                for _ in range(iters):
-                    torch.addmm(bias, x, w)
+                def run():
+                    for _ in range(iters):
+                        PRODUCTS[product](x, w, g, bias)
 
-            run()
-            rates[(label, k, n)] = 2 * m * k * n * iters / fastest(run, repeats) / 1e9
+                run()
+                rates[(label, product, k, n)] = 2 * m * k * n * iters / fastest(run, repeats) / 1e9
     return rates
 
 
@@ -169,16 +180,20 @@ def main() -> int:
 
     # 1. the peak at the model's shapes
     shapes = linear_shapes(model)
-    rows = {"update": update_rows, "decode 128": args.prompts * 16, "decode 512": args.prompts * 64}
+    rows = {"update": (update_rows, tuple(PRODUCTS)), "decode 128": (args.prompts * 16, ("forward",)),
+            "decode 512": (args.prompts * 64, ("forward",))}
     rates = matmul_rates(shapes, rows, repeats=5 * args.rounds)
     peak_key = max(rates, key=rates.get)
     peak = rates[peak_key]
-    print(f"\n## One-thread matmul (addmm) rates at the model's shapes, GFLOP/s ({load()})")
-    print("| M \\ K x N | " + " | ".join(f"{k}x{n}" for k, n in shapes) + " |")
+    print(f"\n## One-thread matmul rates at the model's shapes, GFLOP/s ({load()})")
+    print("| M, product \\ K x N | " + " | ".join(f"{k}x{n}" for k, n in shapes) + " |")
     print("|---|" + "---|" * len(shapes))
-    for label, m in rows.items():
-        print(f"| {label} (M={m}) | " + " | ".join(f"{rates[(label, k, n)]:.1f}" for k, n in shapes) + " |")
-    print(f"peak: {peak:.1f} GFLOP/s ([{rows[peak_key[0]]}x{peak_key[1]}] x [{peak_key[1]}x{peak_key[2]}])")
+    for label, (m, products) in rows.items():
+        for product in products:
+            print(f"| {label} (M={m}), {product} | "
+                  + " | ".join(f"{rates[(label, product, k, n)]:.1f}" for k, n in shapes) + " |")
+    label, product, k, n = peak_key
+    print(f"peak: {peak:.1f} GFLOP/s ({label} {product}, M={rows[label][0]}, K={k}, N={n})")
 
     # 2. the update, 3. decoding: FLOPs counted once per variant, times the fastest of the rounds
     def updater(compile_update: bool):
