@@ -182,9 +182,9 @@ class TrainConfig:
     compile_update: bool = field(
         default=False,
         metadata={"help": "torch engine: run the update's forward and backward through `torch.compile`d MLP blocks "
-                          "(inductor: the activation's elementwise chain fused into one kernel). The first steps pay "
-                          "the compilation; the numbers change in the last bits, so the committed runs (made without "
-                          "it) are not reproduced bit for bit with it on. Rollouts stay eager."},
+                          "(inductor fuses the activation's elementwise chain), compiled when the engine is built, "
+                          "off the training clock. The numbers change in the last bits, so the committed runs (made "
+                          "without it) are not reproduced bit for bit with it on. Rollouts stay eager."},
     )
 
     # ---- engine options: read by the engine named in the comment (its options class validates them)

@@ -99,18 +99,26 @@ def step_totals(batch: UpdateBatch) -> dict:
 
 
 def compile_mlps(model: torch.nn.Module) -> dict[torch.nn.Module, object]:
-    """`torch.compile`d forwards of the model's MLP blocks (modules named `*.mlp`), by module.
+    """`torch.compile`d forwards of the model's MLP blocks (modules named `*.mlp`), by module, compiled now.
 
     On a CPU most of the update's time outside the matrix products is the MLP activation's
     elementwise chain (GPT-2's tanh GELU is eight passes over the widest activation, forward and
     backward); inductor fuses it into one kernel around the products. The blocks are compiled, not
     the whole model, because the shared-prompt pass threads a `DynamicCache` through attention,
-    which would break the graph. Shapes change from step to step, hence `dynamic=True`.
+    which would break the graph. Shapes change from step to step, hence `dynamic=True`; each block
+    runs once forward and backward here, so the compilation is paid while the engine is built (off
+    the training clock), not in the first step.
     """
     mlps = {module: torch.compile(module.forward, dynamic=True)
             for name, module in model.named_modules() if name.endswith(".mlp")}
     if not mlps:
         raise ValueError("config key 'compile_update': the policy has no modules named '*.mlp' to compile")
+    parameter = next(model.parameters())
+    width = model.config.hidden_size
+    for module, forward in mlps.items():
+        x = torch.zeros(2, 3, width, dtype=parameter.dtype, device=parameter.device, requires_grad=True)
+        forward(x).sum().backward()
+    model.zero_grad(set_to_none=True)  # the warm-up's gradients are not the first step's
     return mlps
 
 
@@ -137,7 +145,7 @@ class TorchUpdateEngine(UpdateEngine):
             compile_update).
     """
 
-    compiled_mlps: dict = {}  # module -> compiled forward, with compile_update
+    compiled_mlps: dict = {}  # module -> its compiled forward (compile_update); none by default
 
     def __init__(self, *, model, config):
         self.cfg = config
@@ -150,7 +158,9 @@ class TorchUpdateEngine(UpdateEngine):
             self.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.optimizer = make_optimizer([p for p in self.policy.parameters() if p.requires_grad], config)
         self.scheduler = warmup_schedule(self.optimizer, config.lr_warmup_steps)
-        self.compiled_mlps = compile_mlps(self.policy) if getattr(config, "compile_update", False) else {}
+        if getattr(config, "compile_update", False):
+            with self._autocast():  # compiled under the autocast the steps run in
+                self.compiled_mlps = compile_mlps(self.policy)
         # The reference model exists only when something reads it: with beta == 0 the KL term is
         # zero, so its forward passes would be pure cost (the authors paid it, docs/paper.md 4.7;
         # `always_compute_ref` reproduces that cost).
