@@ -258,8 +258,8 @@ def test_the_committed_runs_are_what_the_study_resolves_now(layer):
     study gives it: a change to a defaults file, profile or study that would train them otherwise
     fails here, and the runs must be regenerated."""
     # keys added after these runs were trained whose defaults leave training as it was: where a run
-    # reports, and DAPO's dynamic sampling (off unless the method is `dapo-...`)
-    added = {"report_to", "dynamic_sampling", "max_generation_rounds"}
+    # reports, DAPO's dynamic sampling (off unless the method is `dapo-...`) and the compiled update (off)
+    added = {"report_to", "dynamic_sampling", "max_generation_rounds", "compile_update"}
     fields = TrainConfig.__dataclass_fields__
     s = study(*([layer] if layer else []))
     for run in s.runs:
