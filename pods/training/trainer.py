@@ -160,17 +160,7 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True, restart: bool = False,
     check_base_model(cfg)
     with run:
         # -------- model init: fresh, or resumed from the last checkpoint
-        parts = build_parts(cfg)
-        state, saved_rng = run.open(parts.updater, startup_line(cfg))
-        parts.prompts.position = state.data_position
-        clock, timer = TrainClock(state.train_s, state.wall_s), PhaseTimer()
-        if saved_rng is None:
-            random.seed(cfg.seed)
-            np.random.seed(cfg.seed)
-            torch.manual_seed(cfg.seed + 1_000_003 * parts.rank)  # processes sample different rollouts
-            checkpoint(run, parts, state, clock, timer)  # from the first moment on, whatever is logged can be resumed
-        else:
-            set_rng_state(saved_rng)
+        parts, state, clock, timer = start(cfg, run)
         display = Display(cfg, state, clock, progress_bar and parts.rank == 0,
                           None if progress_bar or parts.rank else log_every_s)
         try:
@@ -231,6 +221,23 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True, restart: bool = False,
         flush=True,
     )
     return summary
+
+
+def start(cfg: TrainConfig, run: RunDirectory) -> tuple[Parts, Progress, TrainClock, PhaseTimer]:
+    """The run's parts built and its directory opened: resumed from the last checkpoint (RNG states
+    and all), or seeded and checkpointed at step 0."""
+    parts = build_parts(cfg)
+    state, saved_rng = run.open(parts.updater, startup_line(cfg))
+    parts.prompts.position = state.data_position
+    clock, timer = TrainClock(state.train_s, state.wall_s), PhaseTimer()
+    if saved_rng is None:
+        random.seed(cfg.seed)
+        np.random.seed(cfg.seed)
+        torch.manual_seed(cfg.seed + 1_000_003 * parts.rank)  # processes sample different rollouts
+        checkpoint(run, parts, state, clock, timer)  # from the first moment on, whatever is logged can be resumed
+    else:
+        set_rng_state(saved_rng)
+    return parts, state, clock, timer
 
 
 class StepFailure(Exception):
