@@ -180,15 +180,26 @@ def comparison_arms(comp: Mapping, evals: pd.DataFrame, how: str | None = None
     grid = comparison_grid(comp, base, meth)
     for rows in (base, meth):
         check_grid_covered(comp, grid, rows, how)
+    if comparison_paired(comp):  # seed i against seed i: both arms must have the same seeds
+        seeds_b, seeds_m = set(base["seed"]), set(meth["seed"])
+        if seeds_b != seeds_m:
+            raise ValueError(f"{comparison_label(comp)}: paired by seed, but seeds {sorted(seeds_b ^ seeds_m)} "
+                             "have a run in one arm only; train them for both arms, or set pairing: none for "
+                             "runs that share nothing by seed")
     arms = []
     for rows in (base, meth):
-        _, curves = seed_matrix(rows, grid, how=how)
+        _, curves = seed_matrix(rows, grid, how=how)   # rows in seed order
         if rows["step"].notna().all() and comp.get("axis", verdict.DEFAULT_AXIS) == "time":
             _, steps = seed_matrix(rows, grid, how=how, value="step")  # read off the grid like the curve
         else:
             steps = np.full_like(curves, np.nan)
         arms.append(verdict.Arm(curves, steps))
     return grid, arms[0], arms[1], base, meth
+
+
+def comparison_paired(comp: Mapping) -> bool:
+    """Whether a comparison pairs its arms by seed (`pairing`, default `seed`: docs/verdict.md)."""
+    return comp.get("pairing", "seed") == "seed"
 
 
 def check_same_start(comp: Mapping, summaries: pd.DataFrame | None, base: pd.DataFrame, meth: pd.DataFrame) -> None:
@@ -234,13 +245,10 @@ def summarize_study(study: Sequence[Mapping], evals: pd.DataFrame, steps: pd.Dat
                     how: str | None = None, power: bool = True, multiplicity: str = verdict.MULTIPLICITY
                     ) -> pd.DataFrame:
     """One row per (comparison, endpoint) of pods.study.verdict, the primary endpoints adjusted for
-    multiplicity over the study; times in seconds, accuracies in [0, 1]. With `power`, an
-    undecided primary endpoint gets the seeds per arm at which 80% of studies simulated from its
-    fitted population model would decide (pods.study.calibration.seeds_to_decide)."""
-    from pods.study import calibration
-
+    multiplicity over the study; times in seconds, accuracies in [0, 1]. With `power`, every
+    primary endpoint gets its a-priori seed count (`apriori_power`)."""
     times = step_time_table(steps, summaries)
-    rows, arms = [], []
+    rows = []
     for i, comp in enumerate(study):
         comp = validate_comparison(comp, f"comparison {i + 1}")
         grid, base_arm, meth_arm, base, meth = comparison_arms(comp, evals, how=how)
@@ -265,29 +273,43 @@ def summarize_study(study: Sequence[Mapping], evals: pd.DataFrame, steps: pd.Dat
             **timing, **_load_check(steps, comp, base, meth),
         }
         fixed = comp.get("target_accuracy")
-        for record in verdict.compare(grid, base_arm, meth_arm, n_boot=n_boot, seed=seed, fixed_target=fixed):
-            rows.append({**common, **record, **tail, "seeds_to_decide": math.nan})
-            arms.append((grid, base_arm, meth_arm, fixed))
+        paired = comparison_paired(comp)
+        for record in verdict.compare(grid, base_arm, meth_arm, n_boot=n_boot, seed=seed, fixed_target=fixed,
+                                      paired=paired):
+            rows.append({**common, **record, **tail})
     verdict.adjust_family(rows, multiplicity)
-    known: dict[tuple, float] = {}
-    for row, (grid, base_arm, meth_arm, fixed) in zip(rows, arms):
-        if power and row["role"] == "primary" and row["verdict_adjusted"] == "undecided":
-            # at the per-test level Bonferroni gives: Holm decides at least what it decides
-            key = (*(row[k] for k in verdict.ARM_KEYS), row["axis"], row["endpoint"])
-            if key not in known:  # the same pair under another comparison name: same answer
-                known[key] = calibration.seeds_to_decide(
-                    grid, base_arm.curves, meth_arm.curves, row["endpoint"],
-                    stats.ALPHA / verdict.family_size(rows, row["question"], row["axis"]), seed=seed, fixed=fixed)
-            row["seeds_to_decide"] = known[key]
+    if power:
+        for row in rows:
+            row.update(apriori_power(row))
     table = pd.DataFrame.from_records(rows)
     return table[[c for c in SUMMARY_COLUMNS if c in table.columns] + [c for c in table.columns if c not in SUMMARY_COLUMNS]]
+
+
+def apriori_power(row: Mapping) -> dict:
+    """Seeds (pairs when paired) a study needs for 80% power at the primary's declared minimum
+    effect (never the observed one), planning with this study's per-seed SD (`unit_sd`) and with
+    its one-sided 80% upper confidence bound (docs/verdict.md, "Power before the data"): the
+    design stage of the next study, not a verdict on this one. Empty for secondary rows."""
+    from pods.study import calibration
+
+    e = verdict.ENDPOINTS[row["endpoint"]]
+    if row.get("role") != "primary" or e.minimum_effect is None:
+        return {}
+    sd, k = row.get("unit_sd", math.nan), min(row["n_seeds_baseline"], row["n_seeds_method"])
+    paired = row.get("pairing") == "seed"
+    df = k - 1 if paired else 2 * k - 2
+    return {"minimum_effect": math.exp(e.minimum_effect) if e.log_scale else e.minimum_effect,
+            "seeds_for_power": calibration.seeds_for_power(sd, e.minimum_effect, paired=paired),
+            "seeds_for_power_upper": calibration.seeds_for_power(calibration.sd_upper(sd, df), e.minimum_effect,
+                                                                 paired=paired)}
 
 
 SUMMARY_COLUMNS = [
     "name", "benchmark", "hardware", "design", "axis", "baseline", "method", "eval_set", "question", "endpoint", "role",
     "target_rule", "target", "target_accuracy", "plateau", "t_baseline_s", "t_method_s", "speedup",
     "accuracy_baseline", "accuracy_method", "accuracy_diff", "estimate", "interval_method", "ci_low", "ci_high",
-    "censored", "p_value", "verdict", "p_adjusted", "multiplicity", "verdict_adjusted", "seeds_to_decide",
+    "pairing", "censored", "p_value", "verdict", "p_adjusted", "multiplicity", "verdict_adjusted", "minimum_effect",
+    "seeds_for_power", "seeds_for_power_upper", "unit_sd",
     "reached_frac", "censored_frac", "steps_baseline", "steps_method", "step_efficiency", "step_efficiency_ci_low",
     "step_efficiency_ci_high", "step_cost_ratio", "step_cost_ratio_ci_low", "step_cost_ratio_ci_high",
 ]

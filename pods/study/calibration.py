@@ -13,11 +13,16 @@ The population model of one arm (fitted to that arm's seeds on the comparison's 
             evaluation noise (phi), fitted by least squares to the residuals' correlations, pooled
             over the comparison's two arms
 
+The arms of one seed share their training split, prompt order and test set, so their noises
+correlate: the pair's joint model has cross-arm covariance kappa * R (R the within-arm correlation
+above), kappa fitted from the correlation of the arms' per-seed mean residuals (`fit_pairing`,
+pooled over a study's comparisons by Fisher's z: four seeds give one comparison's kappa to
++-0.9). Paired scenarios draw seed i of both arms jointly and analyse them paired.
+
 What it cannot capture: seeds that split into groups (a bimodal arm: some seeds take off, some do
 not), noise that changes with the curve's own level beyond sd(t), curves of a shape the
-monotone mean does not have (a peak, then a fall), correlation between the arms of a seed (they
-share the base model and the test set, not their noise), and the discreteness of accuracy on a
-finite test set. Truths are computed on the model's means, so "coverage" is coverage of the
+monotone mean does not have (a peak, then a fall), a pairing that differs between comparisons of
+one study, and the discreteness of accuracy on a finite test set. Truths are computed on the model's means, so "coverage" is coverage of the
 population quantity the endpoint estimates.
 
 Scenarios: "fitted" (each arm from its own model: coverage, power) and "identical" (both arms
@@ -30,13 +35,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy import stats as sps
 from tqdm import tqdm
 
 from pods.study import stats, verdict
 
 SCENARIOS = ("fitted", "identical")
-LADDER = (2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50)   # seed counts seeds_to_decide tries
-POWER = 0.8
+POWER = 0.8   # a-priori power the seed counts are planned for
 
 
 def _smooth(x: np.ndarray, width: int = 5) -> np.ndarray:
@@ -58,15 +63,30 @@ class ArmModel:
         lag = np.abs(np.arange(len(self.t))[:, None] - np.arange(len(self.t))[None, :])
         return self.rho + (1 - self.rho) * self.phi ** lag
 
-    def simulate(self, rng: np.random.Generator, studies: int, seeds: int) -> np.ndarray:
-        """[studies, seeds, grid] curves drawn from the model."""
+    def noise(self, rng: np.random.Generator, studies: int, seeds: int) -> np.ndarray:
+        """[studies, seeds, grid] unit-variance noise with the model's correlation over the grid."""
         chol = np.linalg.cholesky(self.correlation() + 1e-9 * np.eye(len(self.t)))
         shape = (studies, seeds, len(self.t))
         if self.tails == "t3":
             z = rng.standard_t(3, shape) / math.sqrt(3.0)
         else:
             z = rng.standard_normal(shape)
-        return np.clip(self.mean + self.sd * (z @ chol.T), 0.0, 1.0)
+        return z @ chol.T
+
+    def curves(self, noise: np.ndarray) -> np.ndarray:
+        return np.clip(self.mean + self.sd * noise, 0.0, 1.0)
+
+    def simulate(self, rng: np.random.Generator, studies: int, seeds: int) -> np.ndarray:
+        """[studies, seeds, grid] curves drawn from the model."""
+        return self.curves(self.noise(rng, studies, seeds))
+
+
+def simulate_pair(rng: np.random.Generator, base: ArmModel, meth: ArmModel, studies: int, seeds: int,
+                  kappa: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Both arms of `studies` studies of `seeds` seeds, seed i of the two arms correlated by `kappa`
+    (cross-arm covariance kappa * R; base and meth share R, as fit_comparison fits them)."""
+    z_b, z_other = base.noise(rng, studies, seeds), meth.noise(rng, studies, seeds)
+    return base.curves(z_b), meth.curves(kappa * z_b + math.sqrt(max(1 - kappa ** 2, 0.0)) * z_other)
 
 
 def fit_correlation(residuals: list[np.ndarray]) -> tuple[float, float]:
@@ -114,6 +134,32 @@ def fit_comparison(t: np.ndarray, base: np.ndarray, meth: np.ndarray, tails: str
     return fit_arm(t, base, rho, phi, tails), fit_arm(t, meth, rho, phi, tails)
 
 
+def seed_residuals(t: np.ndarray, curves: np.ndarray) -> np.ndarray:
+    """Each seed's mean standardised residual over the grid after t = 0: [seeds]."""
+    later = t > 0
+    res = curves[:, later] - curves[:, later].mean(axis=0)
+    sd = res.std(axis=0, ddof=1)
+    return np.mean(np.divide(res, sd, out=np.zeros_like(res), where=sd > 0), axis=1)
+
+
+def fit_pairing(pairs: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> float:
+    """kappa: the correlation between the arms' per-seed mean residuals, pooled over paired
+    comparisons (t, base, meth with row i the same seed in both) by Fisher's z weighted by k - 3
+    (k - 1 below 4 seeds); clipped to [-0.95, 0.95]. 0 when nothing is paired."""
+    num = den = 0.0
+    for t, base, meth in pairs:
+        k = len(base)
+        if k < 3 or len(meth) != k:
+            continue
+        r = np.corrcoef(seed_residuals(t, base), seed_residuals(t, meth))[0, 1]
+        if not np.isfinite(r):
+            continue
+        w = max(k - 3, 1)
+        num += w * math.atanh(float(np.clip(r, -0.95, 0.95)))
+        den += w
+    return float(np.clip(math.tanh(num / den), -0.95, 0.95)) if den else 0.0
+
+
 def truth(e: verdict.Endpoint, t: np.ndarray, base: ArmModel, meth: ArmModel, fixed=None) -> float:
     """The population value of an endpoint (log speedup for time endpoints, difference otherwise)."""
     if e.kind == "time":
@@ -125,21 +171,25 @@ def truth(e: verdict.Endpoint, t: np.ndarray, base: ArmModel, meth: ArmModel, fi
 
 
 def evaluate(e: verdict.Endpoint, t: np.ndarray, base: np.ndarray, meth: np.ndarray, methods, rng,
-             boot: int, fixed=None) -> dict[str, tuple[np.ndarray, stats.Interval]]:
+             boot: int, fixed=None, paired: bool = False) -> dict[str, tuple[np.ndarray, stats.Interval]]:
     """Estimates and intervals of endpoint `e` on simulated studies base/meth [S, k, G]: for each
-    interval method, (estimate [S], Interval of [S]); log scale for time endpoints."""
+    interval method, (estimate [S], Interval of [S]); log scale for time endpoints. Paired: seed i
+    of both arms resampled together, per-seed endpoints by the paired t."""
     s, k, g = base.shape
     pb, pm = rng.integers(0, k, (2, s, boot, k))
+    if paired:
+        pm = pb
     if e.kind == "seed":
         statistic = stats.SEED_STATISTICS[e.rule]
         v_b, v_m = statistic(t, base), statistic(t, meth)            # [S, k]
-        diff, interval = stats.welch(v_b, v_m)
-        out = {"welch": (diff, interval)}
-        boot_methods = [m for m in methods if m != "welch" and m in stats.BOOTSTRAP_INTERVALS]
+        test = "paired_t" if paired else "welch"
+        diff, interval = stats.SEED_TESTS[test](v_b, v_m)
+        out = {test: (diff, interval)}
+        boot_methods = [m for m in methods if m not in stats.SEED_TESTS and m in stats.BOOTSTRAP_INTERVALS]
         if boot_methods:  # the same per-seed values resampled: what the percentile bootstrap would say
             reps = (np.take_along_axis(v_m[:, None], pm, axis=2).mean(axis=2)
                     - np.take_along_axis(v_b[:, None], pb, axis=2).mean(axis=2))
-            out.update({m: (diff, stats.BOOTSTRAP_INTERVALS[m](reps, diff, k)) for m in boot_methods})
+            out.update({m: (diff, stats.BOOTSTRAP_INTERVALS[m](reps, diff, k, paired)) for m in boot_methods})
         return out
     rule = stats.TIME_RULES[e.rule]
     point = rule(t, base.mean(axis=1), meth.mean(axis=1), e.fraction, fixed)
@@ -148,7 +198,7 @@ def evaluate(e: verdict.Endpoint, t: np.ndarray, base: np.ndarray, meth: np.ndar
     boot_m = np.take_along_axis(meth[:, None], pm[..., None], axis=2).mean(axis=2)
     reps = rule(t, boot_b.reshape(-1, g), boot_m.reshape(-1, g), e.fraction, fixed)
     log_reps = stats.safe_log(stats.speedups(reps, float(t[-1]))[0]).reshape(s, boot)
-    return {m: (estimate, stats.BOOTSTRAP_INTERVALS[m](log_reps, estimate, k)) for m in methods}
+    return {m: (estimate, stats.BOOTSTRAP_INTERVALS[m](log_reps, estimate, k, paired)) for m in methods}
 
 
 def score(estimate: np.ndarray, interval: stats.Interval, true: float) -> dict:
@@ -166,30 +216,35 @@ def calibrate(comparisons: list[dict], seeds=(4, 10, 30), studies: int = 200, bo
               tails: str = "normal", endpoints=None, methods=None, seed_methods=("percentile",),
               progress: bool = True) -> pd.DataFrame:
     """One row per (comparison, scenario, k, endpoint, interval method): truth, median estimate,
-    coverage, decision rates. `comparisons`: dicts with label, t, base, meth (curves [seeds, grid])
-    and optionally fixed (a fixed target). Time endpoints get every bootstrap interval of
-    `methods`; per-seed endpoints get Welch's and, for reference, `seed_methods` (the plain
-    percentile bootstrap of the difference, which undercovers at a few seeds)."""
-    endpoints = [verdict.ENDPOINTS[n] for n in (endpoints or ["isotonic_0.99", "paper_0.99", "mean_accuracy",
-                                                              "accuracy_at_T", "last_quarter"])]
+    coverage, decision rates. `comparisons`: dicts with label, t, base, meth (curves [seeds, grid]),
+    optionally fixed (a fixed target) and paired (row i of both arms is seed i: simulated with the
+    study's pooled cross-arm correlation and analysed paired). Time endpoints get every bootstrap
+    interval of `methods`; per-seed endpoints get the t test of their pairing and, for reference,
+    `seed_methods` (the plain percentile bootstrap of the difference, which undercovers at a few
+    seeds)."""
+    endpoints = [verdict.ENDPOINTS[n] for n in (endpoints or verdict.CALIBRATED)]
     methods = list(methods or stats.BOOTSTRAP_INTERVALS.names())
+    kappa = fit_pairing([(c["t"], c["base"], c["meth"]) for c in comparisons if c.get("paired")])
     rng = np.random.default_rng(seed)
     rows = []
     jobs = [(c, sc, k) for c in comparisons for sc in SCENARIOS for k in seeds]
     for comp, scenario, k in tqdm(jobs, desc="calibrate", disable=not progress):
-        t = comp["t"]
+        t, paired = comp["t"], bool(comp.get("paired"))
         m_b, m_m = fit_comparison(t, comp["base"], comp["meth"], tails)
         if scenario == "identical":
             m_m = m_b
-        base, meth = m_b.simulate(rng, studies, k), m_m.simulate(rng, studies, k)
+        base, meth = simulate_pair(rng, m_b, m_m, studies, k, kappa if paired else 0.0)
         for e in endpoints:
             if e.rule == "fixed" and comp.get("fixed") is None:
                 continue
             true = truth(e, t, m_b, m_m, comp.get("fixed"))
-            chosen = methods if e.kind == "time" else ["welch"] + [m for m in seed_methods]
-            for method, (est, interval) in evaluate(e, t, base, meth, chosen, rng, boot, comp.get("fixed")).items():
+            test = "paired_t" if paired else "welch"
+            chosen = methods if e.kind == "time" else [test] + [m for m in seed_methods]
+            for method, (est, interval) in evaluate(e, t, base, meth, chosen, rng, boot, comp.get("fixed"),
+                                                    paired).items():
                 row = {"comparison": comp["label"], "scenario": scenario, "seeds": k, "endpoint": e.name,
-                       "role": e.role, "interval_method": method,
+                       "role": e.role, "interval_method": method, "pairing": "seed" if paired else "none",
+                       "kappa": kappa if paired else 0.0,
                        "truth": math.exp(true) if e.log_scale else true, **score(est, interval, true)}
                 if e.log_scale and math.isfinite(row["median_estimate"]):
                     row["median_estimate"] = math.exp(row["median_estimate"])
@@ -203,37 +258,139 @@ def calibrate(comparisons: list[dict], seeds=(4, 10, 30), studies: int = 200, bo
     return table
 
 
-def seeds_to_decide(t: np.ndarray, base: np.ndarray, meth: np.ndarray, endpoint: str, alpha: float,
-                    studies: int = 100, boot: int = 100, seed: int = 0, fixed=None) -> float:
-    """The smallest seed count per arm (from LADDER) at which at least 80% of studies simulated
-    from the fitted models decide in the direction of the fitted truth at level `alpha` (the
-    study's per-test level after its multiplicity adjustment); inf past the ladder's end.
+COVERAGE_BAND = (0.93, 0.97)   # the declared rule's coverage band at the shipped seed count
+FALSE_SIDE = 0.025             # and its bound on false decisions per side under no difference
 
-    It assumes the effect is as large as the fitted model says (the point estimate): an effect
-    overestimated by a few seeds makes the answer optimistic."""
-    e = verdict.ENDPOINTS[endpoint]
-    m_b, m_m = fit_comparison(t, base, meth)
-    true = truth(e, t, m_b, m_m, fixed)
-    if not math.isfinite(true) or true == 0:
+
+def choose_interval(table: pd.DataFrame, endpoint: str, seeds: int) -> tuple[str | None, pd.DataFrame]:
+    """The declared rule (docs/verdict.md): among the interval methods calibrated for `endpoint` at
+    `seeds` seeds, those that cover at least COVERAGE_BAND[0] on every comparison and scenario,
+    cover at most COVERAGE_BAND[1] in the median (the most powerful calibrated method, not the
+    widest) and decide falsely at most FALSE_SIDE per side under no difference, each bound up to
+    two Monte-Carlo standard errors; of those, the one with the highest median power. When none
+    meets the upper coverage bound, the most powerful one that meets the others (it over-covers:
+    `meets_rule` says so). Returns (method or None, the per-method summary it was chosen from)."""
+    rows = table[(table["endpoint"] == endpoint) & (table["seeds"] == seeds)]
+    if rows.empty:
+        return None, pd.DataFrame()
+    studies = table.attrs.get("studies", 200)
+    se_cover, se_false = math.sqrt(0.95 * 0.05 / studies), math.sqrt(FALSE_SIDE * (1 - FALSE_SIDE) / studies)
+    summary = []
+    for method, g in rows.groupby("interval_method"):
+        fitted, null = g[g["scenario"] == "fitted"], g[g["scenario"] == "identical"]
+        false = float(np.nanmax(np.r_[null["decide_up"].to_numpy(float), null["decide_down"].to_numpy(float)]))
+        summary.append({"endpoint": endpoint, "seeds": seeds, "interval_method": method,
+                        "coverage_min": float(np.nanmin(g["coverage"])), "coverage_median": float(np.nanmedian(g["coverage"])),
+                        "coverage_max": float(np.nanmax(g["coverage"])), "false_side_max": false,
+                        "power_median": float(np.nanmedian(fitted["power"]))})
+    summary = pd.DataFrame(summary).sort_values("power_median", ascending=False, kind="stable")
+    valid = (summary["coverage_min"] >= COVERAGE_BAND[0] - 2 * se_cover) & (summary["false_side_max"] <= FALSE_SIDE + 2 * se_false)
+    summary["meets_rule"] = valid & (summary["coverage_median"] <= COVERAGE_BAND[1] + 2 * se_cover)
+    for column in ("meets_rule",):
+        if summary[column].any():
+            return str(summary[summary[column]]["interval_method"].iloc[0]), summary
+    return (str(summary[valid]["interval_method"].iloc[0]) if valid.any() else None), summary
+
+
+def seeds_for_power(sd: float, effect: float, alpha: float = stats.ALPHA, power: float = POWER,
+                    paired: bool = True, limit: int = 1000) -> float:
+    """A-priori power: the fewest seeds per arm (pairs when paired) at which a two-sided t test at
+    `alpha` detects a true difference `effect` with probability `power`, for per-seed values of
+    standard deviation `sd` (of the paired differences when paired, of either arm otherwise):
+    the noncentral t's exact power (scipy.stats.nct), not a normal approximation. inf past `limit`."""
+    if not (sd > 0 and effect != 0 and math.isfinite(sd)):
         return math.inf
+    for k in range(2, limit + 1):
+        df = k - 1 if paired else 2 * k - 2
+        nc = abs(effect) / (sd / math.sqrt(k) if paired else sd * math.sqrt(2 / k))
+        q = sps.t.ppf(1 - alpha / 2, df)
+        if sps.nct.sf(q, df, nc) + sps.nct.cdf(-q, df, nc) >= power:
+            return float(k)
+    return math.inf
+
+
+def sd_upper(sd: float, df: int, confidence: float = 0.8) -> float:
+    """The one-sided upper `confidence` bound of a standard deviation estimated on `df` degrees of
+    freedom (chi-square): the design-stage SD a cautious a-priori power calculation plans with."""
+    return float(sd * math.sqrt(df / sps.chi2.ppf(1 - confidence, df))) if df >= 1 else math.inf
+
+
+def predictive_check(t: np.ndarray, curves: np.ndarray, statistic: str = "mean_accuracy", sims: int = 4000,
+                     seed: int = 0) -> np.ndarray:
+    """Does the population model predict seeds it was not fitted to? Leave one seed out: fit the
+    arm's model to the other seeds, draw `sims` seeds from it, and place the held-out seed's
+    per-seed statistic in that predictive distribution (widened by the uncertainty of a mean of
+    k - 1 seeds). Returns the held-out z-scores [seeds]; over a study they should look standard
+    normal: a spread well above 1 means the model underestimates how much new runs vary."""
+    k = len(curves)
+    f = stats.SEED_STATISTICS[statistic]
     rng = np.random.default_rng(seed)
+    z = np.full(k, np.nan)
+    if k < 3:
+        return z
+    for i in range(k):
+        rest = np.delete(curves, i, axis=0)
+        rho, phi = fit_correlation([rest - rest.mean(axis=0)])
+        drawn = f(t, fit_arm(t, rest, rho, phi).simulate(rng, 1, sims)[0])
+        sd = float(np.std(drawn, ddof=1)) * math.sqrt(1 + 1 / (k - 1))
+        z[i] = (float(f(t, curves[i])) - float(np.mean(f(t, rest)))) / sd if sd > 0 else np.nan
+    return z
 
-    def decides(k: int) -> float:
-        sim_b, sim_m = m_b.simulate(rng, studies, k), m_m.simulate(rng, studies, k)
-        est, interval = evaluate(e, t, sim_b, sim_m, [e.interval], rng, boot, fixed)[e.interval]
-        right = est > 0 if true > 0 else est < 0
-        return float(np.mean((interval.p_value < alpha) & right))
 
-    lo, hi = 0, len(LADDER) - 1
-    if decides(LADDER[hi]) < POWER:
-        return math.inf
-    while lo < hi:   # power grows with k: bisection on the ladder
-        mid = (lo + hi) // 2
-        if decides(LADDER[mid]) >= POWER:
-            hi = mid
+def predictive_summary(z: np.ndarray) -> dict:
+    """Held-out z-scores pooled over a study: their RMS (1 under a right model), the share inside
+    +-1.96 (0.95), and the chi-square test of sum z^2 (two-sided p)."""
+    z = z[np.isfinite(z)]
+    if not len(z):
+        return {"held_out": 0, "rms_z": math.nan, "inside_95": math.nan, "p_value": math.nan}
+    chi = float(np.sum(z ** 2))
+    p = 2 * min(sps.chi2.cdf(chi, len(z)), sps.chi2.sf(chi, len(z)))
+    return {"held_out": int(len(z)), "rms_z": float(np.sqrt(np.mean(z ** 2))),
+            "inside_95": float(np.mean(np.abs(z) <= 1.96)), "p_value": float(min(p, 1.0))}
+
+
+def report(table: pd.DataFrame, comparisons: list[dict], seeds: int) -> str:
+    """What `pods calibrate` prints for the declared primaries at the shipped seed count: the
+    interval the declared rule chooses with its coverage and false decisions, the a-priori power
+    at the minimum effect (planning SD: each comparison's own, paired where the study pairs), and
+    the leave-one-seed-out predictive check of the population model."""
+    lines = [f"## Declared primaries at {seeds} seeds per arm (docs/verdict.md)", "",
+             "| endpoint | minimum effect | interval (declared rule) | coverage min-max | false per side max | "
+             "power at the minimum effect (median over comparisons) |", "|---|---|---|---|---|---|"]
+    for q, e in verdict.PRIMARY.items():
+        chosen, summary = choose_interval(table, e.name, seeds)
+        row = summary[summary["interval_method"] == (chosen or e.interval)] if len(summary) else summary
+        powers = [apriori_power_at(c, e, seeds) for c in comparisons]
+        effect = math.exp(e.minimum_effect) if e.log_scale else e.minimum_effect
+        if len(row):
+            r = row.iloc[0]
+            cells = [f"{chosen or 'none meets the rule'}", f"{r.coverage_min:.3f}-{r.coverage_max:.3f}",
+                     f"{r.false_side_max:.3f}"]
         else:
-            lo = mid + 1
-    return float(LADDER[lo])
+            cells = ["not calibrated", "", ""]
+        lines.append(f"| {e.name} | {effect:g} | " + " | ".join(cells) + f" | {np.nanmedian(powers):.2f} |")
+    z = np.concatenate([predictive_check(c["t"], arm) for c in comparisons for arm in (c["base"], c["meth"])]
+                       or [np.array([])])
+    check = predictive_summary(z)
+    lines += ["", f"Predictive check (leave one seed out, mean_accuracy, {check['held_out']} held-out runs): "
+              f"RMS z {check['rms_z']:.2f} (1 under the model), {check['inside_95']:.0%} inside the 95% "
+              f"predictive interval, p = {check['p_value']:.2g}", ""]
+    return "\n".join(lines)
+
+
+def apriori_power_at(comp: dict, e: verdict.Endpoint, seeds: int) -> float:
+    """Power of the paired (or Welch) t test at `seeds` seeds for the endpoint's minimum effect,
+    with the comparison's per-seed SD as the planning SD (per-seed endpoints only; NaN otherwise)."""
+    if e.kind != "seed":
+        return math.nan
+    f = stats.SEED_STATISTICS[e.rule]
+    v_b, v_m = f(comp["t"], comp["base"]), f(comp["t"], comp["meth"])
+    paired = bool(comp.get("paired")) and len(v_b) == len(v_m)
+    sd = float(np.std(v_m - v_b, ddof=1)) if paired else float(np.sqrt((np.var(v_b, ddof=1) + np.var(v_m, ddof=1)) / 2))
+    df = seeds - 1 if paired else 2 * seeds - 2
+    nc = abs(e.minimum_effect) / (sd / math.sqrt(seeds) if paired else sd * math.sqrt(2 / seeds))
+    q = sps.t.ppf(1 - stats.ALPHA / 2, df)
+    return float(sps.nct.sf(q, df, nc) + sps.nct.cdf(-q, df, nc)) if sd > 0 else math.nan
 
 
 def calibration_markdown(table: pd.DataFrame) -> str:

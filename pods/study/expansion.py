@@ -11,7 +11,7 @@ from pods.study.schema import StudyError
 from pods.vocabulary import Arm, Design, parse_method
 
 # Comparison keys that only the analysis reads (the study-file format of pods.study.analysis).
-ANALYSIS_KEYS = ("grid_s", "t_max_s", "eval_set", "align", "target_accuracy", "axis")
+ANALYSIS_KEYS = ("grid_s", "t_max_s", "eval_set", "align", "target_accuracy", "axis", "pairing")
 # Comparison names with a figure of their own (pods.study.plots): `main` (accuracy per design) and the
 # paper's ablations; every other name is a family drawn with all its arms (the alternatives).
 ABLATIONS = ("n_scaling", "m_scaling", "rule")

@@ -401,7 +401,7 @@ def _speedup_lines(ax, x_range: tuple[float, float], slope_of_speedup: bool) -> 
         ax.plot(xs, ys, color="#555555", linestyle=style, linewidth=1, label=label)
 
 
-def decomposition_figure(table: pd.DataFrame, stem: str | os.PathLike, rule: str = stats.PRIMARY_RULE) -> list[Path]:
+def decomposition_figure(table: pd.DataFrame, stem: str | os.PathLike, rule: str = stats.FIGURE_RULE) -> list[Path]:
     """Step-efficiency ratio against step-cost ratio, ours (circles) and the paper's (squares):
     speedup = efficiency / cost, so the straight lines are speedups 1 and 1.7; above them is faster."""
     rows = table[(table["target_rule"] == rule) & table["step_efficiency"].notna()]
@@ -499,7 +499,7 @@ def time_to_target_figure(curves: Sequence[tuple[str, float, dict | None]], stem
 
 
 def projection_figure(decomposition: pd.DataFrame, projection: pd.DataFrame, stem: str | os.PathLike,
-                      rule: str = stats.PRIMARY_RULE) -> list[Path]:
+                      rule: str = stats.FIGURE_RULE) -> list[Path]:
     """Speedup against step-cost ratio: our measured points and the paper's (filled), and our step
     efficiency carried to other machines' cost ratios (hollow, dotted: projections, not measurements)."""
     measured = decomposition[(decomposition["target_rule"] == rule) & decomposition["speedup"].notna()]

@@ -108,8 +108,9 @@ class TimeRule:
     monotone_fits: bool = False
     #: a row of the decomposition and projection tables (speedup = step efficiency / step cost)
     decomposed: bool = False
-    #: the rule of the verdict's primary endpoints; a figure that shows one rule shows this one
-    primary: bool = False
+    #: the rule a figure that shows one rule shows (the decomposition's; the verdict's endpoints
+    #: and their roles are pods.study.verdict.ENDPOINTS)
+    figure: bool = False
 
     def __call__(self, t, y_base, y_method, fraction, fixed=None) -> Times:
         return self.function(t, y_base, y_method, fraction, fixed)
@@ -135,7 +136,7 @@ def paper_rule(t, y_base, y_method, fraction, fixed=None) -> Times:
     return Times(target, first_grid_time(t, y_base, target), first_grid_time(t, y_method, target))
 
 
-@time_rule("isotonic", style=(":", "D"), monotone_fits=True, decomposed=True, primary=True)
+@time_rule("isotonic", style=(":", "D"), monotone_fits=True, decomposed=True, figure=True)
 def isotonic_rule(t, y_base, y_method, fraction, fixed=None) -> Times:
     """The robust rule: both mean curves fitted under monotonicity; target = `fraction` x the
     highest level BOTH fits reach (the baseline's peak whenever the method gets there; the
@@ -149,6 +150,41 @@ def isotonic_rule(t, y_base, y_method, fraction, fixed=None) -> Times:
     return Times(target, crossing_times(t, f_b, target), crossing_times(t, f_m, target))
 
 
+@time_rule("gain", monotone_fits=True)
+def gain_rule(t, y_base, y_method, fraction, fixed=None) -> Times:
+    """A share of the gain over the base model: target = base + `fraction` x (the highest level
+    BOTH monotone fits reach - base), crossings interpolated. At `fraction` 0.5 both arms cross
+    where their curves still rise steeply, so the crossing times are well conditioned even when
+    neither curve levels off within the budget (time to a peak divides the evaluation noise by a
+    slope near zero there)."""
+    f_b, f_m = isotonic_fits(y_base), isotonic_fits(y_method)
+    later = t > 0
+    top = np.minimum(f_b[:, later].max(axis=1), f_m[:, later].max(axis=1))
+    target = f_b[:, 0] + fraction * (top - f_b[:, 0])
+    target = np.where(top > f_b[:, 0], target, np.nan)  # no gain over the base model: no target
+    return Times(target, crossing_times(t, f_b, target), crossing_times(t, f_m, target))
+
+
+PROFILE_LEVELS = 9   # levels of the gain profile, evenly spaced from (1 - fraction) to fraction of the gain
+
+
+@time_rule("profile", monotone_fits=True)
+def profile_rule(t, y_base, y_method, fraction, fixed=None) -> Times:
+    """The speedup across the gain, not at one point of it: at PROFILE_LEVELS levels evenly spaced
+    from (1 - `fraction`) to `fraction` of the gain both monotone fits reach (the `gain` rule's
+    targets), each arm's crossing time; the times returned are their geometric means, so that
+    t_baseline / t_method is the geometric-mean speedup over the levels. Leaving out the top of the
+    gain keeps every crossing where the curves still rise (well conditioned, docs/verdict.md); the
+    bottom, where a crossing is one evaluation's noise above the base model. Both fits reach every
+    level by construction: never censored. `target` is the middle level."""
+    fractions = np.linspace(1 - fraction, fraction, PROFILE_LEVELS)
+    crossings = [gain_rule(t, y_base, y_method, f) for f in fractions]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        geo = [np.exp(np.mean(np.log([getattr(c, side) for c in crossings]), axis=0))
+               for side in ("t_baseline", "t_method")]
+    return Times(crossings[PROFILE_LEVELS // 2].target, geo[0], geo[1])
+
+
 @time_rule("fixed", monotone_fits=True)
 def fixed_rule(t, y_base, y_method, fraction, fixed=None) -> Times:
     """A quality target set in advance per benchmark (MLPerf's time-to-train): the time each
@@ -160,7 +196,7 @@ def fixed_rule(t, y_base, y_method, fraction, fixed=None) -> Times:
                  crossing_times(t, isotonic_fits(y_method), target))
 
 
-PRIMARY_RULE = next(name for name, rule in TIME_RULES.items() if rule.primary)
+FIGURE_RULE = next(name for name, rule in TIME_RULES.items() if rule.figure)
 # the (rule, target) rows of the decomposition and projection tables
 DECOMPOSED = tuple((name, "0.99") for name, rule in TIME_RULES.items() if rule.decomposed)
 
@@ -214,13 +250,15 @@ class Interval(NamedTuple):
     p_value: np.ndarray   # two-sided, against no effect (0 on the scale the interval is on)
 
 
-def _expansion(k: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
+def _expansion(k: np.ndarray | int, paired: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Hesterberg's expanded percentile: the small-sample correction sqrt(k / (k - 1)) of the
-    bootstrap's variance and the t quantile on 2k - 2 degrees of freedom (two arms of k seeds).
+    bootstrap's variance and the t quantile on 2k - 2 degrees of freedom (two arms of k seeds), or
+    k - 1 when the arms are paired by seed (k pairs resampled together, as a paired t counts them).
     One seed has no spread to resample: NaN, and the intervals below are then empty with p = 1."""
     k = np.asarray(k, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(k >= 2, np.sqrt(k / (k - 1)), np.nan), np.where(k >= 2, 2 * k - 2, np.nan)
+        df = k - 1 if paired else 2 * k - 2
+        return np.where(k >= 2, np.sqrt(k / (k - 1)), np.nan), np.where(k >= 2, df, np.nan)
 
 
 def _undecided(estimate: np.ndarray) -> Interval:
@@ -228,7 +266,7 @@ def _undecided(estimate: np.ndarray) -> Interval:
     return Interval(nan, nan.copy(), np.ones(np.shape(estimate)))
 
 
-def percentile(replicates: np.ndarray, estimate: np.ndarray, k) -> Interval:
+def percentile(replicates: np.ndarray, estimate: np.ndarray, k, paired: bool = False) -> Interval:
     """The plain per-seed percentile bootstrap (undercovers at a few seeds: kept as a reference)."""
     lo, hi = np.nanquantile(replicates, [ALPHA / 2, 1 - ALPHA / 2], axis=-1)
     below = np.mean(replicates <= 0, axis=-1)
@@ -236,9 +274,9 @@ def percentile(replicates: np.ndarray, estimate: np.ndarray, k) -> Interval:
     return Interval(lo, hi, p)
 
 
-def expanded(replicates: np.ndarray, estimate: np.ndarray, k: int) -> Interval:
-    """The expanded percentile bootstrap: percentile quantiles at Phi(-sqrt(k/(k-1)) t_{0.975, 2k-2})."""
-    scale, df = _expansion(k)
+def expanded(replicates: np.ndarray, estimate: np.ndarray, k: int, paired: bool = False) -> Interval:
+    """The expanded percentile bootstrap: percentile quantiles at Phi(-sqrt(k/(k-1)) t_{0.975, df})."""
+    scale, df = _expansion(k, paired)
     if not np.isfinite(scale):
         return _undecided(estimate)
     tail = float(sps.norm.cdf(-scale * sps.t.ppf(1 - ALPHA / 2, df)))
@@ -256,9 +294,9 @@ def expanded(replicates: np.ndarray, estimate: np.ndarray, k: int) -> Interval:
     return Interval(lo, hi, np.minimum(p, 1.0))
 
 
-def t_boot(replicates: np.ndarray, estimate: np.ndarray, k) -> Interval:
-    """A t interval around the estimate with the bootstrap SD x sqrt(k/(k-1)) on 2k - 2 df."""
-    scale, df = _expansion(k)
+def t_boot(replicates: np.ndarray, estimate: np.ndarray, k, paired: bool = False) -> Interval:
+    """A t interval around the estimate with the bootstrap SD x sqrt(k/(k-1)) on 2k - 2 df (k - 1 paired)."""
+    scale, df = _expansion(k, paired)
     if not np.all(np.isfinite(scale)):
         return _undecided(estimate)
     se = np.nanstd(replicates, axis=-1, ddof=1) * scale
@@ -268,9 +306,9 @@ def t_boot(replicates: np.ndarray, estimate: np.ndarray, k) -> Interval:
     return Interval(estimate - q * se, estimate + q * se, np.where(se > 0, p, np.where(estimate == 0, 1.0, 0.0)))
 
 
-def hull(replicates: np.ndarray, estimate: np.ndarray, k) -> Interval:
+def hull(replicates: np.ndarray, estimate: np.ndarray, k, paired: bool = False) -> Interval:
     """The union of `expanded` and `t_boot`: it decides only when both decide (p the larger)."""
-    a, b = expanded(replicates, estimate, k), t_boot(replicates, estimate, k)
+    a, b = expanded(replicates, estimate, k, paired), t_boot(replicates, estimate, k, paired)
     return Interval(np.minimum(a.low, b.low), np.maximum(a.high, b.high), np.maximum(a.p_value, b.p_value))
 
 
@@ -285,6 +323,19 @@ def welch(base: np.ndarray, method: np.ndarray) -> tuple[np.ndarray, Interval]:
     ci = result.confidence_interval(LEVEL)
     diff = np.mean(method, axis=-1) - np.mean(base, axis=-1)
     return diff, Interval(np.asarray(ci.low), np.asarray(ci.high), np.nan_to_num(np.asarray(result.pvalue), nan=1.0))
+
+
+def paired_t(base: np.ndarray, method: np.ndarray) -> tuple[np.ndarray, Interval]:
+    """Mean of the per-seed differences (method - baseline) of paired values [..., k] (seed i of
+    one arm with seed i of the other) with the paired t interval: the arms of a seed share their
+    training split, prompt order and test set, so their difference varies less than either arm."""
+    result = sps.ttest_rel(method, base, axis=-1)
+    ci = result.confidence_interval(LEVEL)
+    diff = np.mean(method - base, axis=-1)
+    return diff, Interval(np.asarray(ci.low), np.asarray(ci.high), np.nan_to_num(np.asarray(result.pvalue), nan=1.0))
+
+
+SEED_TESTS = {"welch": welch, "paired_t": paired_t}   # per-seed endpoints: unpaired arms, paired arms
 
 
 def decide(low, high, null: float, above: str, below: str):

@@ -32,14 +32,15 @@ def _fmt(value, digits: int = 4) -> str:
 
 
 def _seeds_text(value) -> str:
-    """seeds_to_decide: inf means "not within the simulated ladder" (pods.study.calibration.LADDER)."""
+    """A seed count for 80% power: inf means "more than a thousand" (pods.study.calibration.seeds_for_power)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     if isinstance(value, float) and math.isinf(value):
-        from pods.study.calibration import LADDER
-
-        return f"> {LADDER[-1]}"
+        return "> 1000"
     return f"{int(value)}"
+
+
+SEED_COUNT_COLUMNS = ("seeds_for_power", "seeds_for_power_upper")
 
 
 def to_markdown(df: pd.DataFrame, columns: Sequence[str] | None = None) -> str:
@@ -53,7 +54,7 @@ def to_markdown(df: pd.DataFrame, columns: Sequence[str] | None = None) -> str:
             val = rec[col]
             if timed and col in ("t_baseline_s", "t_method_s", "speedup") and (val is None or pd.isna(val)):
                 cells.append("not reached")
-            elif col == "seeds_to_decide":
+            elif col in SEED_COUNT_COLUMNS:
                 cells.append(_seeds_text(val))
             else:
                 cells.append(_fmt(val))
@@ -103,7 +104,10 @@ def question_table(table: pd.DataFrame, question: str) -> pd.DataFrame:
         row["p"] = stats.fmt_p(r["p_value"])
         row["p adjusted"] = stats.fmt_p(r.get("p_adjusted"))
         row["verdict (adjusted)"] = r.get("verdict_adjusted", "")
-        row["seeds to decide (80% power)"] = _seeds_text(r.get("seeds_to_decide"))
+        # a-priori: at the declared minimum effect, this study's SD (and its 80% upper bound)
+        row["seeds for 80% power at the minimum effect"] = (
+            f"{_seeds_text(r.get('seeds_for_power'))} ({_seeds_text(r.get('seeds_for_power_upper'))})"
+            if r.get("seeds_for_power") is not None and not pd.isna(r.get("seeds_for_power")) else "")
         if question == "a" and _on_time(r):  # on the step axis the steps are the axis itself
             row["step efficiency"] = _interval_text(r.get("step_efficiency"), r.get("step_efficiency_ci_low"),
                                                     r.get("step_efficiency_ci_high"))
@@ -137,7 +141,7 @@ def secondary_table(table: pd.DataFrame) -> pd.DataFrame:
 
 SUMMARY_MD_COLUMNS = ["name", "benchmark", "design", "axis", "baseline", "method", "endpoint", "role", "target_accuracy",
                       "plateau", "t_baseline_s", "t_method_s", "estimate", "ci_low", "ci_high", "interval_method",
-                      "p_value", "p_adjusted", "verdict", "verdict_adjusted", "seeds_to_decide", "steps_baseline",
+                      "p_value", "p_adjusted", "verdict", "verdict_adjusted", "seeds_for_power", "steps_baseline",
                       "steps_method", "step_efficiency", "step_cost_ratio", "s_per_step_baseline",
                       "s_per_step_method"]
 

@@ -44,6 +44,9 @@ class Endpoint:
     interval: a stats.BOOTSTRAP_INTERVALS name for time endpoints (chosen with the calibration
     harness, docs/verdict.md), "welch" for seed endpoints, "logrank" for the log-rank test.
     target_rule / target: the older two-column name of the row (kept in summary.csv).
+    minimum_effect: for a primary, the smallest effect worth detecting, declared before the data
+    (docs/verdict.md), on the endpoint's test scale (log speedup, accuracy difference): a-priori
+    power is computed at it, never at the observed effect.
     """
 
     name: str
@@ -55,6 +58,7 @@ class Endpoint:
     interval: str = "welch"
     target_rule: str = ""
     target: str = ""
+    minimum_effect: float | None = None
 
     @property
     def log_scale(self) -> bool:
@@ -71,13 +75,19 @@ class Endpoint:
 
 ENDPOINTS: Registry[Endpoint] = Registry("endpoint")
 for _e in (
-    Endpoint("isotonic_0.99", "a", "primary", "time", "isotonic", 0.99, "hull", "isotonic", "0.99"),
+    # (a): the geometric-mean speedup over 10-90% of the gain both arms reach (docs/verdict.md:
+    # chosen on the exploratory seeds for its conditioning; time to the peak is the headline
+    # secondary, ill-conditioned while the baseline still rises at T)
+    Endpoint("gain_profile", "a", "primary", "time", "profile", 0.90, "t_boot", "profile", "0.10-0.90",
+             minimum_effect=math.log(1.2)),
     Endpoint("paper_0.99", "a", "secondary", "time", "paper", 0.99, "hull", "paper", "0.99"),
+    Endpoint("isotonic_0.99", "a", "secondary", "time", "isotonic", 0.99, "hull", "isotonic", "0.99"),
     Endpoint("paper_1.00", "a", "secondary", "time", "paper", 1.00, "hull", "paper", "1.00"),
+    Endpoint("gain_0.50", "a", "secondary", "time", "gain", 0.50, "t_boot", "gain", "0.50"),
     Endpoint("fixed", "a", "secondary", "time", "fixed", 1.0, "hull", "fixed", "fixed"),
     Endpoint("logrank", "a", "secondary", "logrank", "isotonic", 0.99, "logrank", "logrank", "0.99"),
-    Endpoint("mean_accuracy", "b", "primary", "seed", "mean_accuracy", interval="welch",
-             target_rule="equal_time", target="mean"),
+    Endpoint("mean_accuracy", "b", "primary", "seed", "mean_accuracy", interval="paired_t",
+             target_rule="equal_time", target="mean", minimum_effect=0.01),
     Endpoint("accuracy_at_T", "b", "secondary", "seed", "accuracy_at_T", target_rule="equal_time", target="end"),
     Endpoint("accuracy_at_half", "b", "secondary", "seed", "accuracy_at_half", target_rule="equal_time",
              target="half"),
@@ -87,6 +97,8 @@ for _e in (
     ENDPOINTS.add(_e.name, _e)
 PRIMARY = {q: next(e for e in ENDPOINTS._entries.values() if e.question == q and e.role == "primary")
            for q in QUESTIONS}
+# what the calibration harness simulates by default: both primaries and the headline secondaries
+CALIBRATED = ["gain_profile", "isotonic_0.99", "paper_0.99", "mean_accuracy", "accuracy_at_T", "last_quarter"]
 
 
 class Arm(NamedTuple):
@@ -114,7 +126,7 @@ def _resamples(rng: np.random.Generator, k: int, n_boot: int) -> np.ndarray:
     return rng.integers(0, k, (n_boot, k))
 
 
-def _time_endpoint(e: Endpoint, t, base: Arm, meth: Arm, picks, fixed) -> dict:
+def _time_endpoint(e: Endpoint, t, base: Arm, meth: Arm, picks, fixed, paired: bool = False) -> dict:
     rule = stats.TIME_RULES[e.rule]
     t_max = float(t[-1])
     y_b, y_m = base.curves.mean(axis=0, keepdims=True), meth.curves.mean(axis=0, keepdims=True)
@@ -126,7 +138,10 @@ def _time_endpoint(e: Endpoint, t, base: Arm, meth: Arm, picks, fixed) -> dict:
     rep_value, rep_flag = stats.speedups(reps, t_max)
     k = min(len(base.curves), len(meth.curves))
     log_est = stats.safe_log(value)
-    interval = stats.BOOTSTRAP_INTERVALS[e.interval](stats.safe_log(rep_value)[None, :], log_est, k)
+    log_reps = stats.safe_log(rep_value)
+    # one seed's (pair's) SD of the log speedup, from the resamples' spread: planning input only
+    unit_sd = float(np.nanstd(log_reps, ddof=1) * math.sqrt(k) * math.sqrt(k / (k - 1))) if k > 1 else math.nan
+    interval = stats.BOOTSTRAP_INTERVALS[e.interval](stats.safe_log(rep_value)[None, :], log_est, k, paired)
     lo, hi, p = (float(np.exp(interval.low[0])), float(np.exp(interval.high[0])), float(interval.p_value[0]))
     if not np.isfinite(log_est[0]):
         lo = hi = p = math.nan
@@ -136,7 +151,7 @@ def _time_endpoint(e: Endpoint, t, base: Arm, meth: Arm, picks, fixed) -> dict:
         "censored": {-1: "method not reached: upper bound", 1: "baseline not reached: lower bound",
                      0: ""}[int(flag[0])] if np.isfinite(value[0]) else "",
         "censored_frac": float(np.mean(rep_flag != 0)), "ci_low": lo, "ci_high": hi, "p_value": p,
-        "reached_frac": float(np.mean(np.isfinite(reps.t_method))),
+        "reached_frac": float(np.mean(np.isfinite(reps.t_method))), "unit_sd": unit_sd,
     }
     # the decomposition, from the logged steps: speedup = step efficiency / step-cost ratio
     if np.isfinite(base.steps).all() and np.isfinite(meth.steps).all() and flag[0] == 0 and np.isfinite(value[0]):
@@ -153,16 +168,20 @@ def _time_endpoint(e: Endpoint, t, base: Arm, meth: Arm, picks, fixed) -> dict:
         record.update(steps_baseline=float(s_b), steps_method=float(s_m), step_efficiency=float(eff),
                       step_cost_ratio=float(cost))
         for name, est, reps_ in (("step_efficiency", eff, eff_reps), ("step_cost_ratio", cost, cost_reps)):
-            band = stats.expanded(stats.safe_log(reps_[np.isfinite(reps_)])[None, :], np.log([est]), k)
+            band = stats.expanded(stats.safe_log(reps_[np.isfinite(reps_)])[None, :], np.log([est]), k, paired)
             record[f"{name}_ci_low"], record[f"{name}_ci_high"] = float(np.exp(band.low[0])), float(np.exp(band.high[0]))
     return record
 
 
-def _seed_endpoint(e: Endpoint, t, base: Arm, meth: Arm) -> dict:
+def _seed_endpoint(e: Endpoint, t, base: Arm, meth: Arm, paired: bool = False) -> dict:
     statistic = stats.SEED_STATISTICS[e.rule]
     v_b, v_m = statistic(t, base.curves), statistic(t, meth.curves)
-    diff, interval = stats.welch(v_b, v_m)
-    return {"estimate": float(diff), "accuracy_diff": float(diff), "accuracy_baseline": float(v_b.mean()),
+    test = "paired_t" if paired else "welch"
+    diff, interval = stats.SEED_TESTS[test](v_b, v_m)
+    k = min(len(v_b), len(v_m))
+    unit_sd = (float(np.std(v_m - v_b, ddof=1)) if paired else
+               float(np.sqrt((np.var(v_b, ddof=1) + np.var(v_m, ddof=1)) / 2))) if k > 1 else math.nan
+    return {"interval_method": test, "unit_sd": unit_sd, "estimate": float(diff), "accuracy_diff": float(diff), "accuracy_baseline": float(v_b.mean()),
             "accuracy_method": float(v_m.mean()), "ci_low": float(interval.low), "ci_high": float(interval.high),
             "p_value": float(interval.p_value)}
 
@@ -194,28 +213,39 @@ def logrank(t: np.ndarray, base: Arm, meth: Arm, target: float) -> dict:
 
 
 def compare(t: np.ndarray, base: Arm, meth: Arm, endpoints=None, n_boot: int = 2000, seed: int = 0,
-            fixed_target: float | None = None) -> list[dict]:
+            fixed_target: float | None = None, paired: bool = False) -> list[dict]:
     """One record per endpoint: estimate, 95% interval, p-value and unadjusted decision; for time
     endpoints the target, both times, the censoring and the decomposition into step efficiency
-    and step cost; the plateau flag on every record. The same resamples serve every endpoint."""
+    and step cost; the plateau flag on every record. The same resamples serve every endpoint.
+
+    paired: row i of both arms is the same seed (common random numbers, docs/verdict.md): the
+    bootstrap resamples seeds jointly (one draw of seed indices serves both arms) and per-seed
+    endpoints use the paired t; otherwise the arms are resampled independently and Welch's t."""
     t = np.asarray(t, dtype=float)
     endpoints = [ENDPOINTS[n] if isinstance(n, str) else n for n in (endpoints or ENDPOINTS.names())]
     rng = np.random.default_rng(seed)
-    picks = (_resamples(rng, len(base.curves), n_boot), _resamples(rng, len(meth.curves), n_boot))
+    if paired:
+        if len(base.curves) != len(meth.curves):
+            raise ValueError(f"paired arms need one run per seed in each, got {len(base.curves)} and {len(meth.curves)}")
+        joint = _resamples(rng, len(base.curves), n_boot)
+        picks = (joint, joint)
+    else:
+        picks = (_resamples(rng, len(base.curves), n_boot), _resamples(rng, len(meth.curves), n_boot))
     rising = bool(stats.rising_at_end(t, base.curves.mean(axis=0))[0])
     records, isotonic_target = [], None
     for e in endpoints:
         if e.rule == "fixed" and fixed_target is None:
             continue
         record = {"endpoint": e.name, "question": e.question, "role": e.role, "interval_method": e.interval,
+                  "pairing": "seed" if paired else "none",
                   "target_rule": e.target_rule, "target": f"{fixed_target:.3f}" if e.rule == "fixed" else e.target,
                   "plateau": "no peak within T" if rising else "peak within T"}
         if e.kind == "time":
-            record.update(_time_endpoint(e, t, base, meth, picks, fixed_target))
+            record.update(_time_endpoint(e, t, base, meth, picks, fixed_target, paired))
             if e.name == "isotonic_0.99":
                 isotonic_target = record["target_accuracy"]
         elif e.kind == "seed":
-            record.update(_seed_endpoint(e, t, base, meth))
+            record.update(_seed_endpoint(e, t, base, meth, paired))
         else:
             target = fixed_target if fixed_target is not None else isotonic_target
             if target is None or not math.isfinite(target):

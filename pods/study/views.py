@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from pods.study import calibration, plots, stats, verdict
-from pods.study.analysis import comparison_arms, comparison_label, load_study
+from pods.study.analysis import comparison_arms, comparison_label, comparison_paired, load_study
 from pods.study.curves import load_runs
 from pods.study.tables import cost_sources, decomposition_table, projection_table, read_summary_table, to_markdown, write_csv
 from pods.atomic import atomic_write_text
@@ -51,7 +51,7 @@ def verdict_views(runs, study_path, out_dir, figures_dir, studies: int = 200, bo
         km.append((label, float(target), verdict.survival_curves(grid, base, meth, float(target)))
                   if np.isfinite(target) else (label, math.nan, None))
         comps.append({"label": label, "t": grid, "base": base.curves, "meth": meth.curves,
-                      "fixed": comp.get("target_accuracy")})
+                      "fixed": comp.get("target_accuracy"), "paired": comparison_paired(comp)})
     out_dir, figures_dir = Path(out_dir), Path(figures_dir)
     profile = pd.DataFrame.from_records(profile_rows, columns=PROFILE_COLUMNS)
     write_csv(profile, out_dir / "speedup_profile.csv")
@@ -121,7 +121,7 @@ def comparisons_from_runs(runs, study_path, align: str | None = None) -> list[di
             continue
         t, base, meth = comparison_arms(comp, tables.evals, how=align)[:3]
         out[label] = {"label": label, "t": t, "base": base.curves, "meth": meth.curves,
-                      "fixed": comp.get("target_accuracy")}
+                      "fixed": comp.get("target_accuracy"), "paired": comparison_paired(comp)}
     return list(out.values())
 
 
@@ -132,11 +132,13 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, table.to_csv(index=False))
+    table.attrs["studies"] = args.studies
     md = calibration.calibration_markdown(table)
+    declared = calibration.report(table, comps, seeds[0])
     atomic_write_text(out.with_suffix(".md"),
                       f"## Calibration ({args.studies} simulated studies per cell, {args.boot} resamples, "
-                      f"{args.tails} tails, seed {args.seed}; pods.study.calibration)\n\n" + md)
-    print(md, end="")
+                      f"{args.tails} tails, seed {args.seed}; pods.study.calibration)\n\n" + md + "\n" + declared)
+    print(md + "\n" + declared, end="")
     return 0
 
 

@@ -490,10 +490,10 @@ def test_math_seconds_per_step_equal_the_paper(release_tables):
 
 def test_the_analysis_summary_of_the_imported_runs_gives_the_same_speedups(release_tables, tmp_path):
     study = [{"benchmark": "gsm8k", "hardware": "l40s-lora", "design": "equal_update", "baseline": "grpo-n16-m16",
-              "method": "pods-max_variance-n64-m16", "eval_set": "gsm8k", "grid_s": 1800, "t_max_s": 21600},
+              "method": "pods-max_variance-n64-m16", "eval_set": "gsm8k", "grid_s": 1800, "t_max_s": 21600, "pairing": "none"},
              {"benchmark": "gsm8k", "hardware": "h100x8-zero2", "design": "equal_generation",
               "baseline": "grpo-n32-m32", "method": "pods-max_variance-n128-m32", "grid_s": 120, "t_max_s": 1800,
-              "align": "nearest"}]
+              "align": "nearest", "pairing": "none"}]
     table = analysis.summarize_study(study, release_tables["evals"], None, release_tables["summaries"], n_boot=200)
     table = table.set_index(["hardware", "target_rule", "target"])
     assert table.loc[("l40s-lora", "paper", "0.99"), "speedup"] == pytest.approx(2.0)

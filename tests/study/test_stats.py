@@ -107,13 +107,14 @@ def test_compare_is_reproducible_decides_a_clear_case_and_decomposes_from_the_lo
     one = verdict.compare(T, _arm(base, steps_b), _arm(meth, steps_m), n_boot=400, seed=3)
     assert one == verdict.compare(T, _arm(base, steps_b), _arm(meth, steps_m), n_boot=400, seed=3)
     rows = {r["endpoint"]: r for r in one}
-    assert set(rows) == {"isotonic_0.99", "paper_0.99", "paper_1.00", "logrank", "mean_accuracy", "accuracy_at_T",
-                         "accuracy_at_half", "last_quarter"}   # `fixed` only with a target_accuracy
+    assert set(rows) == {"gain_profile", "isotonic_0.99", "paper_0.99", "paper_1.00", "gain_0.50", "logrank",
+                         "mean_accuracy", "accuracy_at_T", "accuracy_at_half", "last_quarter"}   # `fixed`: a target
     for r in one:
         if math.isfinite(r["ci_low"]):
             assert r["ci_low"] <= r["estimate"] <= r["ci_high"], r["endpoint"]
     robust = rows["isotonic_0.99"]
-    assert robust["verdict"] == "faster" and robust["role"] == "primary" and robust["question"] == "a"
+    assert robust["verdict"] == "faster" and robust["role"] == "secondary" and robust["question"] == "a"
+    assert rows["gain_profile"]["verdict"] == "faster" and rows["gain_profile"]["role"] == "primary"
     assert robust["steps_baseline"] == pytest.approx(2 * robust["t_baseline_s"])
     assert robust["steps_method"] == pytest.approx(robust["t_method_s"])
     assert robust["step_cost_ratio"] == pytest.approx(2.0)
@@ -163,27 +164,40 @@ def test_adjust_family_is_holm_within_each_question_over_distinct_primary_rows_o
 GRID = np.linspace(0, 240, 17)
 
 
-def synthetic_population(effect: float, seeds: int = 6, seed: int = 0) -> dict:
-    """Saturating curves with a per-seed shift and AR-like noise; the method learns `effect` x faster."""
+def synthetic_population(effect: float, seeds: int = 6, seed: int = 0, kappa: float = 0.0) -> dict:
+    """Saturating curves with a per-seed shift and AR-like noise; the method learns `effect` x faster.
+    kappa > 0: seed i of both arms shares that share of its shift (paired by seed, as our runs are)."""
     rng = np.random.default_rng(seed)
     mean_b = 0.3 + 0.25 * (1 - np.exp(-GRID / 120))
     mean_m = 0.3 + 0.25 * (1 - np.exp(-effect * GRID / 120))
-    noise = lambda: rng.normal(0, 0.015, (seeds, 1)) + rng.normal(0, 0.012, (seeds, len(GRID)))  # noqa: E731
+    shared = rng.normal(0, 0.015, (seeds, 1))
+    noise = lambda: (math.sqrt(kappa) * shared + math.sqrt(1 - kappa) * rng.normal(0, 0.015, (seeds, 1))  # noqa: E731
+                     + rng.normal(0, 0.012, (seeds, len(GRID))))
     base, meth = mean_b + noise(), mean_m + noise()
     base[:, 0] = meth[:, 0] = 0.3
-    return {"label": f"synthetic x{effect}", "t": GRID, "base": base, "meth": meth}
+    return {"label": f"synthetic x{effect}", "t": GRID, "base": base, "meth": meth, "paired": kappa > 0}
 
 
 STUDIES = 600
 # an exact test decides wrongly 2.5% of the time per side on average, so a simulated rate is held
 # to 2.5% plus two Monte-Carlo standard errors (docs/verdict.md states the bounds the same way)
 FALSE_BOUND = 0.025 + 2 * math.sqrt(0.025 * 0.975 / STUDIES)
+COVER_LOW = 0.93 - 2 * math.sqrt(0.95 * 0.05 / STUDIES)
 
 
 @pytest.fixture(scope="module")
 def calibrated():
-    return calibration.calibrate([synthetic_population(1.6)], seeds=(4, 10), studies=STUDIES, boot=200, seed=11,
-                                 endpoints=["isotonic_0.99", "mean_accuracy"], progress=False)
+    """The declared primaries on a small synthetic paired population (arms correlated by seed)."""
+    table = calibration.calibrate([synthetic_population(1.6, seeds=8, seed=1, kappa=0.6)], seeds=(4, 10), studies=STUDIES,
+                                  boot=200, seed=11, endpoints=["gain_profile", "mean_accuracy"], progress=False)
+    table.attrs["studies"] = STUDIES
+    return table
+
+
+@pytest.fixture(scope="module")
+def unpaired():
+    return calibration.calibrate([synthetic_population(1.6)], seeds=(4,), studies=STUDIES, boot=200, seed=12,
+                                 endpoints=["mean_accuracy"], progress=False)
 
 
 def _cell(table, scenario, endpoint, method, k):
@@ -195,15 +209,39 @@ def _cell(table, scenario, endpoint, method, k):
 
 @pytest.mark.parametrize("k", [4, 10])
 def test_primary_endpoints_cover_and_keep_false_decisions_under_2_5_percent(calibrated, k):
-    for endpoint in ("isotonic_0.99", "mean_accuracy"):
+    assert set(calibrated["pairing"]) == {"seed"} and calibrated["kappa"].iloc[0] > 0.2
+    for endpoint in ("gain_profile", "mean_accuracy"):
         method = verdict.ENDPOINTS[endpoint].interval
         fitted, null = (_cell(calibrated, s, endpoint, method, k) for s in ("fitted", "identical"))
-        assert fitted["coverage"] >= 0.93 and null["coverage"] >= 0.93, (endpoint, k)
+        assert fitted["coverage"] >= COVER_LOW and null["coverage"] >= COVER_LOW, (endpoint, k)
         assert null["decide_up"] <= FALSE_BOUND and null["decide_down"] <= FALSE_BOUND, (endpoint, k)
         assert fitted["power"] > 0.05  # it does decide sometimes
 
 
-def test_the_harness_reproduces_the_known_undercoverage_of_the_plain_percentile_bootstrap(calibrated):
+def test_the_declared_rule_picks_a_calibrated_interval_and_the_most_powerful_one(calibrated):
+    chosen, summary = calibration.choose_interval(calibrated, "gain_profile", 4)
+    assert chosen in set(summary.loc[summary["meets_rule"] | (summary["coverage_min"] >= COVER_LOW), "interval_method"])
+    # the plain percentile undercovers at 4 seeds: the rule never takes it
+    assert not summary.set_index("interval_method").loc["percentile", "meets_rule"]
+    ok = summary[summary["interval_method"] == chosen].iloc[0]
+    assert ok["coverage_min"] >= COVER_LOW and ok["false_side_max"] <= FALSE_BOUND
+    others = summary[(summary["coverage_min"] >= COVER_LOW) & (summary["false_side_max"] <= FALSE_BOUND)
+                     & (summary["meets_rule"] == ok["meets_rule"])]
+    assert ok["power_median"] == others["power_median"].max()
+
+
+def test_pairing_by_seed_buys_power_when_the_arms_correlate():
+    paired = synthetic_population(1.3, seeds=8, seed=3, kappa=0.8)
+    table = calibration.calibrate([paired, {**paired, "label": "unpaired", "paired": False}], seeds=(4,),
+                                  studies=400, boot=50, seed=5, endpoints=["mean_accuracy"], progress=False)
+    fitted = table[table["scenario"] == "fitted"].set_index("interval_method")
+    assert fitted.loc["paired_t", "power"] > fitted.loc["welch", "power"] + 0.1
+    # and the pairing the harness fits is the one the population has (shared shift 0.8 of the seed SD)
+    assert calibration.fit_pairing([(GRID, paired["base"], paired["meth"])]) > 0.3
+
+
+def test_the_harness_reproduces_the_known_undercoverage_of_the_plain_percentile_bootstrap(unpaired):
+    calibrated = unpaired
     # the percentile bootstrap of a difference of two means of k = 4 normal values is about the
     # t interval with 1.96 sqrt(3/4) in place of t_{0.975, 6}: coverage P(|t_6| < 1.697) = 0.86
     known = 2 * sps.t.cdf(1.96 * math.sqrt(3 / 4), 6) - 1
@@ -230,12 +268,26 @@ def test_population_model_recovers_shift_and_ar1_correlation():
     assert rho == pytest.approx(0.4, abs=0.1) and phi == pytest.approx(0.6, abs=0.15)
 
 
-def test_seeds_to_decide_grows_as_the_effect_shrinks():
-    big = synthetic_population(2.0, seeds=6, seed=1)
-    small = synthetic_population(1.15, seeds=6, seed=1)
-    k_big = calibration.seeds_to_decide(GRID, big["base"], big["meth"], "mean_accuracy", 0.05, studies=100)
-    k_small = calibration.seeds_to_decide(GRID, small["base"], small["meth"], "mean_accuracy", 0.05, studies=100)
-    assert k_big < k_small and k_big in calibration.LADDER
+def test_apriori_seed_counts_match_the_textbook_values():
+    # paired t, d = 0.5 and 0.8, two-sided 5%, 80% power: 34 and 15 pairs; two-sample d = 0.5: 64 per group
+    assert calibration.seeds_for_power(1.0, 0.5) == 34 and calibration.seeds_for_power(1.0, 0.8) == 15
+    assert calibration.seeds_for_power(2.0, -1.0) == 34          # only |effect| / sd matters
+    assert calibration.seeds_for_power(1.0, 0.5, paired=False) == 64
+    assert calibration.seeds_for_power(0.0, 0.5) == math.inf and calibration.seeds_for_power(1.0, 1e-4) == math.inf
+    # the upper 80% bound of an SD from 3 degrees of freedom: sd * sqrt(3 / chi2_0.2(3))
+    assert calibration.sd_upper(1.0, 3) == pytest.approx(math.sqrt(3 / sps.chi2.ppf(0.2, 3)))
+    assert calibration.sd_upper(1.0, 3) > calibration.sd_upper(1.0, 30) > 1.0
+
+
+def test_the_predictive_check_flags_a_model_that_underestimates_new_seeds():
+    right = synthetic_population(1.3, seeds=12, seed=7)
+    z = calibration.predictive_check(GRID, right["base"])
+    assert 0.6 < calibration.predictive_summary(z)["rms_z"] < 1.5
+    # seeds that differ by far more than their evaluations' noise (machine speed between executions)
+    spread = right["base"] + np.random.default_rng(8).normal(0, 0.06, (12, 1)) * (GRID > 0)
+    wide = calibration.predictive_summary(calibration.predictive_check(GRID, spread[::2]))
+    assert calibration.predictive_summary(z)["held_out"] == 12 and wide["held_out"] == 6
+    assert calibration.predictive_summary(calibration.predictive_check(GRID, spread))["rms_z"] > 0.8
 
 
 def test_cli_calibrate_writes_its_table_and_refuses_bad_seed_counts(tmp_path, capsys):
@@ -254,7 +306,8 @@ def test_cli_calibrate_writes_its_table_and_refuses_bad_seed_counts(tmp_path, ca
                       "--studies", "20", "--boot", "50", "--out", str(out)]) == 0
     table = __import__("pandas").read_csv(out)
     assert set(table["scenario"]) == {"fitted", "identical"} and set(table["seeds"]) == {3}
-    assert "| isotonic_0.99 | hull | 3 |" in out.with_suffix(".md").read_text()
+    md = out.with_suffix(".md").read_text()
+    assert "| isotonic_0.99 | hull | 3 |" in md and "Declared primaries at 3 seeds" in md and "Predictive check" in md
     with pytest.raises(SystemExit):
         pods_main(["calibrate", "--runs", str(tmp_path), "--study", str(study), "--seeds", "1,4"])
     assert "every seed count must be >= 2" in capsys.readouterr().err
