@@ -23,6 +23,7 @@ COMMANDS = {
     "train": ("pods.training.trainer", "train one GRPO / GRPO-PODS run (resumes from its checkpoint when restarted)"),
     "fetch": ("pods.training.hub", "fetch a model or dataset from the hub once, into the hub cache and a local folder"),
     "warmstart": ("pods.training.warmstart", "supervised warm start of the tiny policy (the embedded base model)"),
+    "cost": ("pods.training.cost", "each arm's seconds per optimiser step on this machine, by an interleaved benchmark"),
     "analyze": ("pods.study.analysis", "speedup table of a study over run directories"),
     "calibrate": ("pods.study.views:add_calibrate_arguments", "coverage, false decisions and power of every endpoint, by simulation"),
     "project": ("pods.study.views:add_project_arguments",

@@ -56,6 +56,7 @@ class EvalRecord(_EvalFields, total=False):
     above (all required) and these (logged by the trainer, absent from some imported runs)."""
 
     wall_time_s: float | None
+    cost_time_s: float  # the cost clock: step x the arm's measured seconds per step (TrainConfig.step_cost_s)
     eval_s: float  # seconds the evaluation took (off the training clock)
     n_items: int
     repeats: int

@@ -189,7 +189,7 @@ def comparison_arms(comp: Mapping, evals: pd.DataFrame, how: str | None = None
     arms = []
     for rows in (base, meth):
         _, curves = seed_matrix(rows, grid, how=how)   # rows in seed order
-        if rows["step"].notna().all() and comp.get("axis", verdict.DEFAULT_AXIS) == "time":
+        if rows["step"].notna().all() and comp.get("axis", verdict.DEFAULT_AXIS) in verdict.CLOCKS:
             _, steps = seed_matrix(rows, grid, how=how, value="step")  # read off the grid like the curve
         else:
             steps = np.full_like(curves, np.nan)
@@ -274,8 +274,9 @@ def summarize_study(study: Sequence[Mapping], evals: pd.DataFrame, steps: pd.Dat
         }
         fixed = comp.get("target_accuracy")
         paired = comparison_paired(comp)
+        cost_log_se = step_cost_log_se(comp, summaries) if comp.get("axis") == "cost" else 0.0
         for record in verdict.compare(grid, base_arm, meth_arm, n_boot=n_boot, seed=seed, fixed_target=fixed,
-                                      paired=paired):
+                                      paired=paired, cost_log_se=cost_log_se):
             rows.append({**common, **record, **tail})
     verdict.adjust_family(rows, multiplicity)
     if power:
@@ -283,6 +284,22 @@ def summarize_study(study: Sequence[Mapping], evals: pd.DataFrame, steps: pd.Dat
             row.update(apriori_power(row))
     table = pd.DataFrame.from_records(rows)
     return table[[c for c in SUMMARY_COLUMNS if c in table.columns] + [c for c in table.columns if c not in SUMMARY_COLUMNS]]
+
+
+def step_cost_log_se(comp: Mapping, summaries: pd.DataFrame | None) -> float:
+    """The standard error of log(c_method / c_baseline) on the cost clock, from the `pods cost`
+    errors the arms' runs recorded (summary.json `step_cost_s`, `step_cost_se`): the delta method,
+    the two measurements independent. 0 where the runs recorded none."""
+    if summaries is None or summaries.empty or "step_cost_se" not in summaries:
+        return 0.0
+    total = 0.0
+    for name in (comp["baseline"], comp["method"]):
+        rows = summaries[(summaries["benchmark"] == comp["benchmark"]) & (summaries["hardware"] == comp["hardware"])
+                         & (summaries["method"] == name)]
+        c, se = rows["step_cost_s"].astype(float), rows["step_cost_se"].astype(float)
+        if c.notna().any() and se.notna().any():
+            total += float((se / c).dropna().iloc[0]) ** 2
+    return math.sqrt(total)
 
 
 def apriori_power(row: Mapping) -> dict:

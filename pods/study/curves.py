@@ -33,7 +33,10 @@ Z95 = 1.96  # the paper's bands are +-1.96 SEM across seeds
 # accuracy per step). On the step axis every *_s column of the summary counts steps, the
 # decomposition into step efficiency and step cost is left out (steps are the axis itself), and
 # the primary endpoints form their own multiplicity family (pods.study.verdict).
-AXES = {"time": "train_time_s", "step": "step"}
+# `cost` is the cost clock: step x the arm's measured seconds per step (evaluations' `cost_time_s`,
+# runs trained with TrainConfig.step_cost_file; docs/verdict.md, "The clock"): a wall clock like
+# `time`, without the scheduler's noise.
+AXES = {"time": "train_time_s", "step": "step", "cost": "cost_time_s"}
 
 
 # --------------------------------------------------------------------------------------------

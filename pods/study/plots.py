@@ -357,11 +357,12 @@ def plot_study_figure(kind: str, runs_root: str | os.PathLike, study: Sequence[M
                                         arms[comps[0]["baseline"]], arms[comps[0]["method"]])
     else:
         grid = default_grid(pd.concat(arms.values()), how)
-    scale, unit = _time_unit(grid) if axis == verdict.DEFAULT_AXIS else (1.0, "")
+    scale, unit = _time_unit(grid) if axis in verdict.CLOCKS else (1.0, "")
     value = "mean_length" if kind == "length" else "accuracy"
     curves = {parse_method(m).label: mean_curve(arm, grid, how=how, value=value) for m, arm in arms.items()}
     marks = target_marks(summary, study, benchmark, hardware, design, grid, curves) if kind == "accuracy" else []
-    xlabel = f"Training Time on {hardware} ({unit})" if axis == verdict.DEFAULT_AXIS else "Optimiser Steps"
+    xlabel = ("Optimiser Steps" if axis not in verdict.CLOCKS else f"Training Time on {hardware} ({unit})"
+              if axis == "time" else f"Cost Clock on {hardware} ({unit}): steps x measured s/step")
     return curve_figure(curves, stem, xlabel,
                         "Average Completion Length" if kind == "length" else "Test Accuracy (%)",
                         scale, percent=kind != "length", colors=colors, title=title,

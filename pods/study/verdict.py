@@ -126,7 +126,8 @@ def _resamples(rng: np.random.Generator, k: int, n_boot: int) -> np.ndarray:
     return rng.integers(0, k, (n_boot, k))
 
 
-def _time_endpoint(e: Endpoint, t, base: Arm, meth: Arm, picks, fixed, paired: bool = False) -> dict:
+def _time_endpoint(e: Endpoint, t, base: Arm, meth: Arm, picks, fixed, paired: bool = False,
+                   cost_noise: np.ndarray | None = None) -> dict:
     rule = stats.TIME_RULES[e.rule]
     t_max = float(t[-1])
     y_b, y_m = base.curves.mean(axis=0, keepdims=True), meth.curves.mean(axis=0, keepdims=True)
@@ -136,6 +137,8 @@ def _time_endpoint(e: Endpoint, t, base: Arm, meth: Arm, picks, fixed, paired: b
     boot_b, boot_m = base.curves[pb].mean(axis=1), meth.curves[pm].mean(axis=1)
     reps = rule(t, boot_b, boot_m, e.fraction, fixed)
     rep_value, rep_flag = stats.speedups(reps, t_max)
+    if cost_noise is not None:  # the cost clock: each resample also redraws the measured cost ratio
+        rep_value = rep_value * cost_noise
     k = min(len(base.curves), len(meth.curves))
     log_est = stats.safe_log(value)
     log_reps = stats.safe_log(rep_value)
@@ -163,6 +166,8 @@ def _time_endpoint(e: Endpoint, t, base: Arm, meth: Arm, picks, fixed, paired: b
         with np.errstate(divide="ignore", invalid="ignore"):
             eff_reps = np.where(ok, steps_b / steps_m, np.nan)
             cost_reps = np.where(ok, (reps.t_method / steps_m) / (reps.t_baseline / steps_b), np.nan)
+            if cost_noise is not None:
+                cost_reps = cost_reps / cost_noise
         eff = s_b / s_m
         cost = (point.t_method[0] / s_m) / (point.t_baseline[0] / s_b)
         record.update(steps_baseline=float(s_b), steps_method=float(s_m), step_efficiency=float(eff),
@@ -213,14 +218,17 @@ def logrank(t: np.ndarray, base: Arm, meth: Arm, target: float) -> dict:
 
 
 def compare(t: np.ndarray, base: Arm, meth: Arm, endpoints=None, n_boot: int = 2000, seed: int = 0,
-            fixed_target: float | None = None, paired: bool = False) -> list[dict]:
+            fixed_target: float | None = None, paired: bool = False, cost_log_se: float = 0.0) -> list[dict]:
     """One record per endpoint: estimate, 95% interval, p-value and unadjusted decision; for time
     endpoints the target, both times, the censoring and the decomposition into step efficiency
     and step cost; the plateau flag on every record. The same resamples serve every endpoint.
 
     paired: row i of both arms is the same seed (common random numbers, docs/verdict.md): the
     bootstrap resamples seeds jointly (one draw of seed indices serves both arms) and per-seed
-    endpoints use the paired t; otherwise the arms are resampled independently and Welch's t."""
+    endpoints use the paired t; otherwise the arms are resampled independently and Welch's t.
+    cost_log_se: on the cost clock, the standard error of the log step-cost ratio (from the two
+    arms' `pods cost` errors); every resample of a speedup is multiplied by a draw of it, so the
+    interval carries the cost measurement's error beside the seeds'."""
     t = np.asarray(t, dtype=float)
     endpoints = [ENDPOINTS[n] if isinstance(n, str) else n for n in (endpoints or ENDPOINTS.names())]
     rng = np.random.default_rng(seed)
@@ -231,6 +239,7 @@ def compare(t: np.ndarray, base: Arm, meth: Arm, endpoints=None, n_boot: int = 2
         picks = (joint, joint)
     else:
         picks = (_resamples(rng, len(base.curves), n_boot), _resamples(rng, len(meth.curves), n_boot))
+    cost_noise = np.exp(rng.normal(0.0, cost_log_se, n_boot)) if cost_log_se > 0 else None
     rising = bool(stats.rising_at_end(t, base.curves.mean(axis=0))[0])
     records, isotonic_target = [], None
     for e in endpoints:
@@ -241,7 +250,7 @@ def compare(t: np.ndarray, base: Arm, meth: Arm, endpoints=None, n_boot: int = 2
                   "target_rule": e.target_rule, "target": f"{fixed_target:.3f}" if e.rule == "fixed" else e.target,
                   "plateau": "no peak within T" if rising else "peak within T"}
         if e.kind == "time":
-            record.update(_time_endpoint(e, t, base, meth, picks, fixed_target, paired))
+            record.update(_time_endpoint(e, t, base, meth, picks, fixed_target, paired, cost_noise))
             if e.name == "isotonic_0.99":
                 isotonic_target = record["target_accuracy"]
         elif e.kind == "seed":
@@ -264,6 +273,9 @@ def compare(t: np.ndarray, base: Arm, meth: Arm, endpoints=None, n_boot: int = 2
 ARM_KEYS = ("benchmark", "hardware", "baseline", "method")
 # What a comparison's curves are aligned by (pods.study.curves.AXES); rows without one are on time.
 DEFAULT_AXIS = "time"
+# the axes that are wall clocks (the paper's claim is about them): the measured training clock and
+# the cost clock (step x measured seconds per step); `step` is sample efficiency
+CLOCKS = ("time", "cost")
 
 
 def _family(row: dict) -> tuple[str, str]:

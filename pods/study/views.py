@@ -38,7 +38,7 @@ def verdict_views(runs, study_path, out_dir, figures_dir, studies: int = 200, bo
         label = comparison_label(comp)
         if label in seen:  # the same two arms under another name (an ablation reusing `main`'s pair)
             continue
-        if comp.get("axis", verdict.DEFAULT_AXIS) != verdict.DEFAULT_AXIS:
+        if comp.get("axis", verdict.DEFAULT_AXIS) not in verdict.CLOCKS:
             continue  # these views (and their calibration) are of the wall-clock claim
         seen.add(label)
         grid, base, meth, _, _ = comparison_arms(comp, tables.evals)

@@ -124,6 +124,22 @@ class TrainConfig:
         metadata={"help": "Training-clock budget in seconds (evaluation and checkpoints excluded); null: none."},
     )
     max_steps: int | None = field(default=None, metadata={"help": "Optimiser-step budget; null: none."})
+    step_cost_file: str | None = field(
+        default=None,
+        metadata={"help": "A `pods cost` file: run on the cost clock (docs/verdict.md): step_cost_s is this run's "
+                          "method's seconds per step from it, and max_train_time_s / eval_every_s become steps "
+                          "(ceil(T / c), round(E / c)) before the run starts; null: the measured clock."},
+    )
+    step_cost_s: float | None = field(
+        default=None,
+        metadata={"help": "Seconds per optimiser step on the cost clock; evaluations log cost_time_s = step x it "
+                          "(set from step_cost_file, or directly); null: no cost clock."},
+    )
+    step_cost_se: float | None = field(
+        default=None,
+        metadata={"help": "Standard error of step_cost_s (set from step_cost_file); the analysis carries it into "
+                          "the speedup's interval. It changes nothing in training."},
+    )
     eval_every_s: float | None = field(
         default=15.0, metadata={"help": "Evaluate every this many seconds of training time; null: off."}
     )
@@ -323,6 +339,8 @@ class TrainConfig:
             need(0 <= getattr(self, key) < 1, key, "must be in [0, 1)")
         need(self.max_train_time_s is None or self.max_train_time_s > 0, "max_train_time_s", "must be > 0 or null")
         need(self.max_steps is None or self.max_steps >= 1, "max_steps", "must be >= 1 or null")
+        need(self.step_cost_s is None or (math.isfinite(self.step_cost_s) and self.step_cost_s > 0), "step_cost_s",
+             "must be a number > 0 or null")
         need(self.rollouts_per_prompt is None
              or (self.rollouts_per_prompt >= self.n and self.rollouts_per_prompt % self.n == 0),
              "rollouts_per_prompt", f"must be null or a multiple of n = {self.n}")

@@ -349,4 +349,6 @@ def provenance(cfg: TrainConfig) -> dict:
 def run_identity(cfg: TrainConfig) -> dict:
     return {"benchmark": cfg.benchmark, "hardware": cfg.hardware, "method": cfg.method, "rule": cfg.rule,
             "n": cfg.n, "m": cfg.m, "seed": cfg.seed, "prompts_per_step": cfg.prompts_per_step,
-            "micro_batch": cfg.micro_batch, "grad_accum": cfg.grad_accum}
+            "micro_batch": cfg.micro_batch, "grad_accum": cfg.grad_accum,
+            # the cost clock (docs/verdict.md): the arm's measured seconds per step and its error
+            **({"step_cost_s": cfg.step_cost_s, "step_cost_se": cfg.step_cost_se} if cfg.step_cost_s else {})}

@@ -26,6 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from pods.training.batches import Rollouts, UpdateBatch
+from pods.training.cost import on_cost_clock
 from pods.training.config import TrainConfig, config_help, load_train_config
 from pods.training.distributed import all_sum, gather_batch, world
 from pods.training.evaluation import EvalSet, evaluate
@@ -150,6 +151,7 @@ def train(cfg: TrainConfig, *, progress_bar: bool = True, restart: bool = False,
     discards whatever an earlier attempt left (the only way this function deletes run files).
     `log_every_s`: without a progress bar, a progress line every this many seconds (None: never).
     """
+    cfg = on_cost_clock(cfg)   # budgets in steps of the measured step cost (docs/verdict.md, "The clock")
     # -------- the run directory: read-only checks first, so a finished run or a bad input leaves no trace
     run = RunDirectory(cfg, restart=restart)
     if (finished := run.finished()) is not None:
@@ -265,6 +267,8 @@ def run_eval(cfg: TrainConfig, parts: Parts, run: RunDirectory, state: Progress,
     # would put the evaluation after the summary's training time, outside the run's own curve
     record = {"step": state.step, "train_time_s": math.floor(clock.train * 1000) / 1000 if state.step else 0.0,
               "wall_time_s": round(clock.wall, 3)}
+    if cfg.step_cost_s is not None:  # the cost clock: the seed's curve, timed by the arm's measured step cost
+        record["cost_time_s"] = round(state.step * cfg.step_cost_s, 4)
     with clock.paused(), timer("eval"):
         result = evaluate(
             parts.sampler, parts.task, parts.tokenizer, parts.eval_set, greedy=cfg.eval_greedy,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pandas as pd
@@ -253,7 +254,7 @@ def test_the_step_axis_compares_at_equal_steps_in_a_family_of_its_own(tmp_path):
         table[(table["axis"] == "time")]["speedup"].dropna())
     # a study on the clock alone prints no axis column (the paper's studies read as before)
     assert "| axis |" not in summary_markdown(table[table["axis"] == "time"])
-    with pytest.raises(ValueError, match=r"comparison: axis: 'tokens' is not one of \['time', 'step'\]"):
+    with pytest.raises(ValueError, match=r"comparison: axis: 'tokens' is not one of \['time', 'step', 'cost'\]"):
         analysis.validate_comparison({**pair, "axis": "tokens"})
 
 
@@ -361,3 +362,45 @@ def test_one_seed_per_arm_gives_estimates_without_intervals_and_decides_nothing(
     assert rows.loc["paper_0.99", "speedup"] > 1 and set(table["n_seeds_baseline"]) == {1}
     assert table["ci_low"].isna().all() and table["ci_high"].isna().all()
     assert set(table["verdict_adjusted"].dropna()) <= {"undecided"}
+
+
+def _on_cost_clock(root, method, seed, c, se, accs, steps):
+    """A finished run trained on the cost clock: evaluations at `steps`, cost_time_s = step x c."""
+    run = write_run(root, method, seed, [s * c for s in steps], accs, eval_steps=steps)
+    evals = [json.loads(line) for line in (run / "evals.jsonl").read_text().splitlines()]
+    (run / "evals.jsonl").write_text("".join(json.dumps({**e, "cost_time_s": e["step"] * c,
+                                                           "train_time_s": e["train_time_s"] * 1.3}) + "\n"
+                                             for e in evals))
+    summary = json.loads((run / "summary.json").read_text())
+    summary.update(step_cost_s=c, step_cost_se=se, train_time_s=summary["train_time_s"] * 1.3)
+    (run / "summary.json").write_text(json.dumps(summary))
+
+
+def test_the_cost_clock_reads_curves_at_step_times_measured_cost_and_carries_its_error(tmp_path):
+    rng = np.random.default_rng(0)
+    steps = list(range(0, 121, 10))
+    for seed in range(4):
+        shift = rng.normal(0, 0.01)
+        base = [0.2 + 0.4 * (1 - math.exp(-s / 60)) + shift for s in steps]
+        meth = [0.2 + 0.4 * (1 - math.exp(-s / 30)) + shift + rng.normal(0, 0.005) for s in steps]
+        _on_cost_clock(tmp_path, "grpo-n4-m4", seed, 1.0, 0.0, base, steps)
+        _on_cost_clock(tmp_path, "pods-max_variance-n16-m4", seed, 1.5, 0.0, meth, steps)
+    comp = {"benchmark": "arith", "hardware": "cpu", "design": "equal_update", "baseline": "grpo-n4-m4",
+            "method": "pods-max_variance-n16-m4", "axis": "cost", "grid_s": 10, "t_max_s": 120}
+    tables = load_runs(tmp_path)
+    table = analysis.summarize_study([comp], tables.evals, tables.steps, tables.summaries, n_boot=400, power=False)
+    iso = table.set_index("endpoint").loc["isotonic_0.99"]
+    # the method learns 2x per step at 1.5x the cost: about 1.33x on the cost clock, decomposed exactly
+    assert iso["step_cost_ratio"] == pytest.approx(1.5, rel=1e-6)
+    assert iso["speedup"] == pytest.approx(iso["step_efficiency"] / iso["step_cost_ratio"])
+    assert iso["t_baseline_s"] <= 120 and set(table["axis"]) == {"cost"}
+    # with the cost measurement's error the interval widens, the estimate stays
+    for run in (tmp_path / "runs").rglob("summary.json"):
+        s = json.loads(run.read_text())
+        run.write_text(json.dumps({**s, "step_cost_se": 0.1 * s["step_cost_s"]}))
+    noisy = analysis.summarize_study([comp], load_runs(tmp_path).evals, None, load_runs(tmp_path).summaries,
+                                     n_boot=400, power=False).set_index("endpoint").loc["gain_profile"]
+    clean = table.set_index("endpoint").loc["gain_profile"]
+    assert noisy["estimate"] == pytest.approx(clean["estimate"])
+    assert noisy["ci_high"] / noisy["ci_low"] > clean["ci_high"] / clean["ci_low"]
+    assert analysis.step_cost_log_se(comp, load_runs(tmp_path).summaries) == pytest.approx(0.1 * math.sqrt(2))

@@ -67,3 +67,47 @@ def test_z_from_t_keeps_the_sign_and_the_p_value():
 
     z = sequential.z_from_t(np.array([2.5, -2.5]), np.array([3, 3]))
     assert z[0] == pytest.approx(-z[1]) and sps.norm.sf(z[0]) == pytest.approx(sps.t.sf(2.5, 3))
+
+
+def _summary(rows):
+    import pandas as pd
+
+    base = {"hardware": "cpu", "baseline": "grpo-n16-m16", "method": "pods-max_variance-n64-m16", "axis": "time",
+            "pairing": "seed", "role": "primary"}
+    return pd.DataFrame([{**base, **r} for r in rows])
+
+
+def test_a_confirmation_orders_its_primaries_by_a_priori_power_and_decides_by_look():
+    from pods.study import confirm
+
+    design = _summary([
+        {"benchmark": "arith", "design": "equal_update", "question": "b", "endpoint": "mean_accuracy", "unit_sd": 0.02},
+        {"benchmark": "arith_hard", "design": "equal_update", "question": "b", "endpoint": "mean_accuracy",
+         "unit_sd": 0.005},
+        {"benchmark": "arith", "design": "equal_update", "question": "a", "endpoint": "gain_profile", "unit_sd": 0.3},
+    ])
+    order = confirm.plan_order(design, seeds=16)
+    assert [k[0] for k in order["b"]] == ["arith_hard", "arith"] and len(order["a"]) == 1
+
+    def look(p_hard, p_arith, est=0.02):
+        return _summary([
+            {"benchmark": "arith_hard", "design": "equal_update", "question": "b", "endpoint": "mean_accuracy",
+             "estimate": est, "p_value": p_hard},
+            {"benchmark": "arith", "design": "equal_update", "question": "b", "endpoint": "mean_accuracy",
+             "estimate": est, "p_value": p_arith},
+            {"benchmark": "arith", "design": "equal_update", "question": "a", "endpoint": "gain_profile",
+             "estimate": 1.3, "p_value": 0.5}])
+
+    looks = [confirm.look_z(look(0.2, 1e-9), order)]          # look 1: the first is not decided: nothing is
+    out = confirm.walk(looks, order, batch=4, max_looks=4)
+    assert list(out["b"].direction) == [0, 0] and not confirm.finished(out, 1, 4)
+    looks.append(confirm.look_z(look(1e-6, 1e-6), order))      # look 2: both pass their boundary
+    out = confirm.walk(looks, order, batch=4, max_looks=4)
+    assert list(out["b"].direction) == [1, 1] and list(out["b"].look) == [2, 2]
+    assert not confirm.finished(out, 2, 4) and confirm.finished(out, 4, 4)   # (a) is still open
+    table = confirm.confirmation_table(looks, order, batch=4, max_looks=4)
+    last = table[(table["look"] == 2) & (table["question"] == "b")]
+    assert list(last["verdict"]) == ["higher", "higher"] and set(table["pairs"]) == {4, 8}
+    # a negative effect decides the other way
+    lower = confirm.look_z(look(1e-9, 1e-9, est=-0.03), order)
+    assert (lower["b"] < 0).all()

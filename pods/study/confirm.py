@@ -1,0 +1,121 @@
+"""A confirmation: the primaries of an exploratory study tested again on fresh seeds, added in
+batches until they decide or a cap is reached (docs/verdict.md, "Seeds until it decides").
+
+    plan_order(design)          the fixed sequence of each question's primaries, from the
+                                exploratory study's summary (a-priori power at the minimum effect)
+    look_z(summary, order)      each primary's statistic at one look, on the normal scale
+    walk(looks, order, batch)   the decisions so far: pods.study.sequential's boundaries and walk
+    confirmation_table(...)     one row per (look, primary) -> confirmation.csv / .md
+
+A look is an ordinary `pods analyze` summary of the confirmation's runs so far (its seeds paired
+by seed as every study's are), so the estimates and intervals are the declared ones; this module
+only adds the sequential decision on top of them.
+"""
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from pods.study import sequential, verdict
+
+KEYS = ("benchmark", "hardware", "design", "baseline", "method")
+
+
+def _key(row: Mapping) -> tuple:
+    return tuple(row[k] for k in KEYS)
+
+
+def plan_order(design: pd.DataFrame, seeds: int) -> dict[str, list[tuple]]:
+    """Each question's primaries in the order they are tested: highest a-priori power first, at the
+    confirmation's capped seed count, the endpoint's declared minimum effect and the exploratory
+    study's per-seed SD (`unit_sd` of its summary). Ties keep the exploratory study's row order."""
+    order: dict[str, list[tuple]] = {}
+    primaries = design[(design["role"] == "primary") & design.get("axis", pd.Series("time", index=design.index)).isin(verdict.CLOCKS)]
+    for question, rows in primaries.groupby("question", sort=True):
+        e = verdict.PRIMARY[question]
+        scored = []
+        for i, row in enumerate(rows.to_dict("records")):
+            sd = float(row.get("unit_sd", math.nan))
+            power = _power(sd, e.minimum_effect, seeds, row.get("pairing") == "seed")
+            scored.append((-np.nan_to_num(power, nan=-1.0), i, _key(row)))
+        order[question] = [key for _, _, key in sorted(scored)]
+    return order
+
+
+def _power(sd: float, effect: float, k: int, paired: bool) -> float:
+    if not (math.isfinite(sd) and sd > 0):
+        return math.nan
+    df = k - 1 if paired else 2 * k - 2
+    nc = abs(effect) / (sd / math.sqrt(k) if paired else sd * math.sqrt(2 / k))
+    q = sps.t.ppf(1 - sequential.SIDE_ALPHA, df)
+    return float(sps.nct.sf(q, df, nc) + sps.nct.cdf(-q, df, nc))
+
+
+def look_z(summary: pd.DataFrame, order: Mapping[str, Sequence[tuple]]) -> dict[str, np.ndarray]:
+    """Each question's primaries at one look, in their order, on the normal scale: the sign of the
+    estimate (against no effect) times the normal quantile of the one-sided p-value of its declared
+    test (the paired t, or the t_boot statistic on k - 1 degrees of freedom), as
+    sequential.z_from_t does. NaN for a primary the summary lacks."""
+    out = {}
+    for question, keys in order.items():
+        e = verdict.PRIMARY[question]
+        rows = {_key(r): r for r in summary[(summary["endpoint"] == e.name)
+                                            & summary.get("axis", pd.Series("time", index=summary.index)).isin(verdict.CLOCKS)].to_dict("records")}
+        z = []
+        for key in keys:
+            r = rows.get(key)
+            if r is None or not math.isfinite(r.get("p_value", math.nan)) or not math.isfinite(r.get("estimate", math.nan)):
+                z.append(math.nan)
+                continue
+            effect = math.log(r["estimate"]) if e.log_scale else r["estimate"]
+            z.append(math.copysign(float(sps.norm.isf(max(r["p_value"], 1e-300) / 2)), effect)
+                     if r["p_value"] < 1 else 0.0)
+        out[question] = np.array(z)
+    return out
+
+
+def walk(looks: Sequence[Mapping[str, np.ndarray]], order: Mapping[str, Sequence[tuple]], batch: int,
+         max_looks: int, spending: str = "obrien_fleming") -> dict[str, sequential.Outcome]:
+    """The decisions after the looks run so far (a list of look_z results, first look first):
+    each question's fixed sequence walked through its boundaries (t boundaries for `batch` new
+    pairs per look, `max_looks` looks at most)."""
+    bounds = sequential.t_boundaries(batch, max_looks, sequential.SIDE_ALPHA, spending)
+    out = {}
+    for question, keys in order.items():
+        z = np.full((max_looks, len(keys)), np.nan)
+        for i, look in enumerate(looks[:max_looks]):
+            z[i] = look[question]
+        out[question] = sequential.hierarchical(z, bounds)
+    return out
+
+
+def finished(outcomes: Mapping[str, sequential.Outcome], looks_run: int, max_looks: int) -> bool:
+    """Stop adding seeds: every primary decided, or the cap reached."""
+    return looks_run >= max_looks or all(bool(np.all(o.direction != 0)) for o in outcomes.values())
+
+
+def confirmation_table(looks: Sequence[Mapping[str, np.ndarray]], order: Mapping[str, Sequence[tuple]], batch: int,
+                       max_looks: int, spending: str = "obrien_fleming") -> pd.DataFrame:
+    """One row per (look, question, primary): pairs so far, z, the boundary, and the decision as it
+    stood after that look ("faster"/"slower", "higher"/"lower", or "undecided")."""
+    bounds = sequential.t_boundaries(batch, max_looks, sequential.SIDE_ALPHA, spending)
+    rows = []
+    for n_looks in range(1, len(looks) + 1):
+        outcomes = walk(looks[:n_looks], order, batch, max_looks, spending)
+        for question, keys in order.items():
+            above, below = verdict.PRIMARY[question].words
+            o = outcomes[question]
+            for position, key in enumerate(keys):
+                decided = o.direction[position]
+                rows.append({"look": n_looks, "pairs": batch * n_looks, "question": question,
+                             "endpoint": verdict.PRIMARY[question].name, "position": position + 1,
+                             **dict(zip(KEYS, key)), "z": float(looks[n_looks - 1][question][position]),
+                             "boundary": float(bounds[n_looks - 1]),
+                             "decided_at_look": int(o.look[position]) or None,
+                             "verdict": above if decided > 0 else below if decided < 0 else "undecided"})
+    return pd.DataFrame(rows)
+
