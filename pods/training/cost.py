@@ -18,7 +18,6 @@ Run it on a machine doing nothing else: the workflow's `step_cost` rule takes ev
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import platform
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Sequence
 
 from pods.atomic import atomic_write_text
+from pods.training.cost_clock import read_step_costs  # noqa: F401  (the file's reader, beside its writer)
 from pods.runs import read_jsonl
 from pods.training.timing import STEP_PHASES
 from pods.vocabulary import parse_method
@@ -78,40 +78,6 @@ def measure(base: dict, methods: Sequence[str], rounds: int = 4, steps: int = 6,
             "settings": {"rounds": rounds, "steps": steps, "warmup": warmup, "machine": platform.machine(),
                          "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                          **{k: v for k, v in base.items() if k in ("benchmark", "hardware", "base_model")}}}
-
-
-def read_step_costs(path: str | Path) -> dict[str, tuple[float, float]]:
-    """method -> (seconds per step, standard error) from a `pods cost` file; one clear error if it
-    is not one."""
-    try:
-        methods = json.loads(Path(path).read_text())["methods"]
-        return {name: (float(v["s_per_step"]), float(v["se"])) for name, v in methods.items()}
-    except FileNotFoundError:
-        raise ValueError(f"no step-cost file {path} (`pods cost` writes it)") from None
-    except (KeyError, TypeError, ValueError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: not a `pods cost` file ({err})") from None
-
-
-def on_cost_clock(cfg):
-    """The run's config on the cost clock (a TrainConfig; unchanged without step_cost_file or
-    step_cost_s): its time budgets turned into steps of this method's cost c, so that the run is a
-    function of its seed whatever else the machine runs. Refused in one line when the file lacks
-    the method."""
-    if cfg.step_cost_file is None and cfg.step_cost_s is None:
-        return cfg
-    c, se = cfg.step_cost_s, cfg.step_cost_se
-    if c is None:
-        costs = read_step_costs(cfg.step_cost_file)
-        if cfg.method not in costs:
-            raise ValueError(f"step_cost_file {cfg.step_cost_file} has no cost for {cfg.method} "
-                             f"(it has {', '.join(sorted(costs))}); run `pods cost` with this method")
-        c, se = costs[cfg.method]
-    changes = {"step_cost_s": c, "step_cost_se": se}
-    if cfg.max_train_time_s is not None:
-        changes.update(max_steps=math.ceil(cfg.max_train_time_s / c), max_train_time_s=None)
-    if cfg.eval_every_s is not None:
-        changes.update(eval_every_steps=max(1, round(cfg.eval_every_s / c)), eval_every_s=None)
-    return dataclasses.replace(cfg, **changes)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

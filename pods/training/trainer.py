@@ -26,7 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from pods.training.batches import Rollouts, UpdateBatch
-from pods.training.cost import on_cost_clock
+from pods.training.cost_clock import on_cost_clock
 from pods.training.config import TrainConfig, config_help, load_train_config
 from pods.training.distributed import all_sum, gather_batch, world
 from pods.training.evaluation import EvalSet, evaluate

@@ -8,7 +8,7 @@ import pytest
 from helpers import config
 from pods import cli
 from pods.runs import read_jsonl
-from pods.training.cost import on_cost_clock, read_step_costs
+from pods.training.cost_clock import on_cost_clock, read_step_costs
 from pods.training.trainer import train
 
 pytestmark = pytest.mark.usefixtures("toy_task")
