@@ -41,6 +41,7 @@ include: "workflows/analysis.smk"
 include: "workflows/figures.smk"
 include: "workflows/paper.smk"
 include: "workflows/smollm2.smk"
+include: "workflows/confirm.smk"
 
 
 # Both targets end with the study's bottom line on stdout (a rule with no output runs every time).

@@ -25,6 +25,7 @@ COMMANDS = {
     "warmstart": ("pods.training.warmstart", "supervised warm start of the tiny policy (the embedded base model)"),
     "cost": ("pods.training.cost", "each arm's seconds per optimiser step on this machine, by an interleaved benchmark"),
     "analyze": ("pods.study.analysis", "speedup table of a study over run directories"),
+    "confirm": ("pods.study.confirm", "a confirmation's sequential decisions after its looks so far"),
     "calibrate": ("pods.study.views:add_calibrate_arguments", "coverage, false decisions and power of every endpoint, by simulation"),
     "project": ("pods.study.views:add_project_arguments",
                 "speedup = step efficiency / step cost beside the paper's, and projections onto other hardware"),

@@ -29,7 +29,27 @@ def train_inputs(wc):
         inputs["base_model"] = ancient(marker)
     for i, (kind, hub_id) in enumerate(STUDY.run_config(run_from(wc)).hub_needs):
         inputs[f"hub_{i}"] = ancient(PATHS.hub_marker(kind, hub_id))
+    if config["clock"] == "cost":  # the run's steps are its budget over its arm's measured cost
+        inputs["step_cost"] = ancient(PATHS.step_cost_file(wc.benchmark, wc.hardware))
     return inputs
+
+
+# clock: cost. Each arm's seconds per step on this benchmark and hardware, measured by `pods cost` in
+# interleaved rounds before any run trains there. It takes every core the workflow has, so nothing
+# runs beside it: the measurement is the one place the clock enters the primaries (docs/verdict.md).
+rule step_cost:
+    input:
+        trainer_config=ancient(STUDY.trainer_config),
+        base_model=lambda wc: ancient(PATHS.base_model_marker(wc.benchmark) or STUDY.trainer_config),
+    output:
+        f"{PATHS.results}/cost/{{benchmark}}/{{hardware}}.json",
+    params:
+        cmd=lambda wc: STUDY.step_cost_command(wc.benchmark, wc.hardware),
+    threads: workflow.cores
+    log:
+        f"{LOGS}/cost/{{benchmark}}/{{hardware}}.log",
+    shell:
+        "{params.cmd} > {log} 2>&1"
 
 
 rule train:

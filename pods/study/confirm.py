@@ -119,3 +119,50 @@ def confirmation_table(looks: Sequence[Mapping[str, np.ndarray]], order: Mapping
                              "verdict": above if decided > 0 else below if decided < 0 else "undecided"})
     return pd.DataFrame(rows)
 
+
+
+def confirmation_markdown(table: pd.DataFrame, finished_now: bool) -> str:
+    """The decisions after the last look, one row per primary in its sequence, and where it stands."""
+    last = table[table["look"] == table["look"].max()]
+    lines = [f"## Confirmation after look {int(last['look'].iloc[0])} ({int(last['pairs'].iloc[0])} seed pairs): "
+             + ("finished" if finished_now else "continues with the next batch of seeds"), "",
+             "| question | position | benchmark | design | baseline | method | z | boundary | verdict | decided at look |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in last.to_dict("records"):
+        lines.append(f"| {r['question']} | {r['position']} | {r['benchmark']} | {r['design']} | {r['baseline']} | "
+                     f"{r['method']} | {r['z']:.2f} | {r['boundary']:.2f} | {r['verdict']} | "
+                     f"{r['decided_at_look'] or ''} |")
+    return "\n".join(lines) + "\n"
+
+
+def _cmd_confirm(args) -> int:
+    from pathlib import Path
+
+    from pods.atomic import atomic_write_text
+    from pods.study.tables import read_summary_table
+
+    design = read_summary_table(args.design)
+    order = plan_order(design, args.batch * args.max_looks)
+    looks = [look_z(read_summary_table(path), order) for path in args.looks]
+    if not looks or len(looks) > args.max_looks:
+        raise ValueError(f"--looks: 1 to {args.max_looks} look summaries, got {len(looks)}")
+    table = confirmation_table(looks, order, args.batch, args.max_looks, args.spending)
+    done = finished(walk(looks, order, args.batch, args.max_looks, args.spending), len(looks), args.max_looks)
+    table["finished"] = done
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, table.to_csv(index=False))
+    md = confirmation_markdown(table, done)
+    atomic_write_text(out.with_suffix(".md"), md)
+    print(md, end="")
+    return 0
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--design", required=True, help="the exploratory study's summary.csv (orders the sequence)")
+    parser.add_argument("--looks", nargs="+", required=True, help="each look's summary.csv, first look first")
+    parser.add_argument("--batch", type=int, required=True, help="new seed pairs per look")
+    parser.add_argument("--max-looks", type=int, required=True, help="looks at most (the cap)")
+    parser.add_argument("--spending", default="obrien_fleming", choices=list(sequential.SPENDING.names()))
+    parser.add_argument("--out", required=True, help="confirmation.csv (the .md goes beside it)")
+    parser.set_defaults(func=_cmd_confirm)

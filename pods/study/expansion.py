@@ -86,6 +86,8 @@ def expand(config: Mapping, check_hardware: Callable[[str], Any]) -> list[Compar
             except StudyError as exc:
                 raise StudyError(f"{where}.hardware: {exc}") from None
         analysis = {key: comp[key] for key in ANALYSIS_KEYS if key in comp}
+        if config.get("clock") == "cost":  # runs timed by the cost clock are read on it
+            analysis.setdefault("axis", "cost")
 
         def for_benchmark(label: str) -> dict:
             # a benchmark's fixed quality target applies to its comparisons unless one sets its own

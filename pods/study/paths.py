@@ -28,6 +28,10 @@ class StudyPaths:
         return run_path(self.runs_dir, benchmark=run.benchmark, hardware=run.hardware, method=run.method,
                         seed=run.seed)
 
+    def step_cost_file(self, benchmark: str, hardware: str) -> str:
+        """The `pods cost` file of a benchmark on a hardware profile (a study on the cost clock)."""
+        return f"{self.results}/cost/{benchmark}/{hardware}.json"
+
     # ---- base models: a warm start, a hub id's fetched folder, or a folder as it is
     def uses_warmstart(self, label: str) -> bool:
         return self.benchmarks[label]["base_model"] == "warmstart"

@@ -53,6 +53,11 @@ class Study:
             self.configs.warmstart_config(label)
         for comparison in self.comparisons:
             check_design(comparison, lambda run: self.run_configs[run].arm)
+        if config.get("clock") == "cost":
+            for hw in self.hardware:
+                if self.profile(hw).launcher != "none":
+                    raise StudyError(f"clock: cost measures step costs in one process, but hardware {hw!r} starts its "
+                                     f"runs with {self.profile(hw).launcher}; use clock: time there")
 
     def profile(self, name: str) -> HardwareProfile:
         """The hardware profile `{hardware_dir}/<name>.yaml`, read and checked once."""
@@ -72,6 +77,28 @@ class Study:
     def train_command(self, run: Run) -> str:
         argv = ["train", "--config", self.trainer_config, *format_overrides(self.run_config(run).overrides)]
         return f"{self.profile(run.hardware).launch_prefix()} {shlex.join(argv)}"
+
+    # keys of a run's overrides that belong to one run, not to the arms of a cost measurement
+    RUN_ONLY = ("n", "m", "rule", "seed", "run_dir", "dynamic_sampling", "step_cost_file")
+
+    def cost_groups(self) -> dict[tuple[str, str], list[str]]:
+        """(benchmark, hardware) -> the study's methods there: one `step_cost` job each."""
+        groups: dict[tuple[str, str], list[str]] = {}
+        for run in self.runs:
+            methods = groups.setdefault((run.benchmark, run.hardware), [])
+            if run.method not in methods:
+                methods.append(run.method)
+        return groups
+
+    def step_cost_command(self, benchmark: str, hardware: str) -> str:
+        """`pods cost` for every method the study trains on this benchmark and hardware, with the
+        settings its runs share (their overrides less what belongs to one run)."""
+        methods = self.cost_groups()[(benchmark, hardware)]
+        first = next(run for run in self.runs if (run.benchmark, run.hardware) == (benchmark, hardware))
+        shared = {k: v for k, v in self.run_config(first).overrides.items() if k not in self.RUN_ONLY}
+        argv = ["cost", "--no-progress", "--config", self.trainer_config, *format_overrides(shared),
+                "--methods", ",".join(methods), "--out", self.paths.step_cost_file(benchmark, hardware)]
+        return f"{self.profile(hardware).launch_prefix()} {shlex.join(argv)}"
 
     def warmstart_command(self, label: str) -> str:
         warmstart = self.config["warmstart"]

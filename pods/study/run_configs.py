@@ -107,6 +107,8 @@ class RunConfigs:
         )
         if method.dynamic:  # `dapo-...`: DAPO's dynamic sampling, part of the run's identity
             identity["dynamic_sampling"] = True
+        if self.config.get("clock") == "cost":  # budgets in steps of the arm's measured cost
+            identity["step_cost_file"] = self.paths.step_cost_file(run.benchmark, run.hardware)
         layers.append((f"the identity of run {self.paths.run_dir(run)}", identity))
         try:
             config = resolve_train_config(layers)

@@ -105,7 +105,7 @@ def question_table(table: pd.DataFrame, question: str) -> pd.DataFrame:
         row["p adjusted"] = stats.fmt_p(r.get("p_adjusted"))
         row["verdict (adjusted)"] = r.get("verdict_adjusted", "")
         # a-priori: at the declared minimum effect, this study's SD (and its 80% upper bound)
-        row["seeds for 80% power at the minimum effect"] = (
+        row["seeds for 80% power at the minimum effect (upper SD)"] = (
             f"{_seeds_text(r.get('seeds_for_power'))} ({_seeds_text(r.get('seeds_for_power_upper'))})"
             if r.get("seeds_for_power") is not None and not pd.isna(r.get("seeds_for_power")) else "")
         if question == "a" and _on_time(r):  # on the step axis the steps are the axis itself

@@ -111,3 +111,24 @@ def test_a_confirmation_orders_its_primaries_by_a_priori_power_and_decides_by_lo
     # a negative effect decides the other way
     lower = confirm.look_z(look(1e-9, 1e-9, est=-0.03), order)
     assert (lower["b"] < 0).all()
+
+
+def test_pods_confirm_writes_the_decisions_after_each_look(tmp_path, capsys):
+    from pods.cli import main as pods_main
+
+    rows = lambda **kw: [{"benchmark": b, "design": "equal_update", "question": q, "endpoint": e, **kw}  # noqa: E731
+                         for b in ("arith", "arith_hard") for q, e in (("a", "gain_profile"), ("b", "mean_accuracy"))]
+    _summary(rows(unit_sd=0.01)).to_csv(tmp_path / "design.csv", index=False)
+    _summary(rows(estimate=1.5, p_value=0.3)).to_csv(tmp_path / "look1.csv", index=False)
+    _summary(rows(estimate=1.5, p_value=1e-8)).to_csv(tmp_path / "look2.csv", index=False)
+    out = tmp_path / "confirm" / "look2.csv"
+    assert pods_main(["confirm", "--design", str(tmp_path / "design.csv"), "--looks", str(tmp_path / "look1.csv"),
+                      str(tmp_path / "look2.csv"), "--batch", "4", "--max-looks", "4", "--out", str(out)]) == 0
+    import pandas as pd
+
+    table = pd.read_csv(out)
+    assert set(table["look"]) == {1, 2} and table["finished"].all()
+    last = table[table["look"] == 2]
+    assert set(last["verdict"]) == {"faster", "higher"} and set(last["decided_at_look"]) == {2}
+    assert "Confirmation after look 2 (8 seed pairs): finished" in capsys.readouterr().out
+    assert out.with_suffix(".md").is_file()

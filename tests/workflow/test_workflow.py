@@ -377,3 +377,43 @@ def test_smoke_study_end_to_end_then_figures_from_cache(tmp_path):
         assert png.name in html
     for caption in ("Selection rules at the same n and m", "Seconds per optimiser step", "One row per comparison"):
         assert caption in html
+
+
+# ---------------------------------------------------------------------------------------------
+# The cost clock and the confirmation
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_the_confirmation_dry_run_trains_its_first_batch_on_the_cost_clock(tmp_path):
+    proc = snakemake("-n", "-p", "confirm", "--configfile", "config/decide.yaml", tmp=tmp_path)
+    counts = job_counts(proc.stdout)
+    # the first look only: 4 fresh seed pairs of the default study's 3 arms on 2 benchmarks; each
+    # benchmark's step costs measured once, before its runs
+    assert counts["train"] == 24 and counts["step_cost"] == 2 and counts["look"] == 1 and counts["confirm"] == 1
+    seeds = {int(parse_overrides(c)["seed"]) for c in train_commands(proc.stdout)}
+    assert seeds == {100, 101, 102, 103}
+    for command in train_commands(proc.stdout):
+        o = parse_overrides(command)
+        assert o["step_cost_file"] == str(tmp_path / f"results/cost/{o['benchmark']}/cpu.json")
+    assert "pods cost --no-progress --config config/train-cpu.yaml" in proc.stdout
+
+
+@pytest.mark.slow
+def test_the_smoke_study_on_the_cost_clock_agrees_with_the_measured_clock(tmp_path):
+    """Runs on the cost clock: their curves sit at step x the arm's measured cost, and the seconds a
+    step took in the run itself agree with that cost (a sanity bound, not a benchmark: the
+    interleaved measurement ran alone, the runs two at a time)."""
+    snakemake("--cores", "2", "reproduce", "--configfile", "config/smoke.yaml", "--config", "clock=cost",
+              tmp=tmp_path)
+    results = tmp_path / "results"
+    costs = json.loads(next((results / "cost").rglob("*.json")).read_text())["methods"]
+    import pandas as pd
+
+    table = pd.read_csv(results / "summary.csv")
+    assert set(table["axis"]) == {"cost"}
+    for summary_path in (results / "runs").rglob("summary.json"):
+        summary = json.loads(summary_path.read_text())
+        c = costs[summary["method"]]["s_per_step"]
+        assert summary["step_cost_s"] == pytest.approx(c)
+        evals = [json.loads(line) for line in (summary_path.parent / "evals.jsonl").read_text().splitlines()]
+        assert all(e["cost_time_s"] == pytest.approx(e["step"] * c, abs=1e-3) for e in evals)
+        assert 0.5 < summary["s_per_step"] / c < 2.0, (summary["method"], summary["s_per_step"], c)
