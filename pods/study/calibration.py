@@ -258,6 +258,26 @@ def calibrate(comparisons: list[dict], seeds=(4, 10, 30), studies: int = 200, bo
     return table
 
 
+def inputs_digest(comparisons: list[dict], **settings) -> str:
+    """sha256 of everything a calibration table depends on: each comparison's label, grid, curves,
+    target and pairing, the settings (seed counts, studies, resamples, RNG seed, ...), and the source
+    of the modules that compute it. A table recorded with the same digest is the table this would
+    compute (the harness is deterministic given its seed), so it is reused instead of recomputed."""
+    import hashlib
+    import inspect
+
+    h = hashlib.sha256()
+    for comp in comparisons:
+        h.update(repr((comp["label"], comp.get("fixed"), bool(comp.get("paired")))).encode())
+        for key in ("t", "base", "meth"):
+            h.update(np.ascontiguousarray(comp[key], dtype=float).tobytes())
+    h.update(repr(sorted(settings.items())).encode())
+    for module in (stats, verdict):
+        h.update(inspect.getsource(module).encode())
+    h.update(inspect.getsource(inspect.getmodule(inputs_digest)).encode())
+    return h.hexdigest()
+
+
 COVERAGE_BAND = (0.93, 0.97)   # the declared rule's coverage band at the shipped seed count
 FALSE_SIDE = 0.025             # and its bound on false decisions per side under no difference
 

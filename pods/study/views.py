@@ -55,11 +55,16 @@ def verdict_views(runs, study_path, out_dir, figures_dir, studies: int = 200, bo
     out_dir, figures_dir = Path(out_dir), Path(figures_dir)
     profile = pd.DataFrame.from_records(profile_rows, columns=PROFILE_COLUMNS)
     write_csv(profile, out_dir / "speedup_profile.csv")
-    table = calibration.calibrate(comps, seeds=(4, 10, 30), studies=studies, boot=boot, seed=seed)
-    write_csv(table, out_dir / "calibration.csv")
-    atomic_write_text(out_dir / "calibration.md",
-                      f"## Calibration of every endpoint ({studies} simulated studies per cell, {boot} resamples; "
-                      f"docs/verdict.md)\n\n" + calibration.calibration_markdown(table))
+    seeds = (4, 10, 30)
+    digest = calibration.inputs_digest(comps, seeds=seeds, studies=studies, boot=boot, seed=seed)
+    recorded = out_dir / "calibration.md"
+    stamp = f"<!-- inputs sha256 {digest} -->"
+    if not (recorded.is_file() and (out_dir / "calibration.csv").is_file() and stamp in recorded.read_text()):
+        # minutes of simulation: only when a curve, a setting or the harness's code changed
+        table = calibration.calibrate(comps, seeds=seeds, studies=studies, boot=boot, seed=seed)
+        write_csv(table, out_dir / "calibration.csv")
+        atomic_write_text(recorded, f"## Calibration of every endpoint ({studies} simulated studies per cell, {boot} "
+                                    f"resamples; docs/verdict.md)\n\n{stamp}\n\n" + calibration.calibration_markdown(table))
     written = [out_dir / "speedup_profile.csv", out_dir / "calibration.csv", out_dir / "calibration.md"]
     written += plots.speedup_profile_figure(profile, figures_dir / "speedup_profile", labels=[c["label"] for c in comps])
     written += plots.time_to_target_figure(km, figures_dir / "time_to_target")
