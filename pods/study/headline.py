@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 PAPER_CLAIM = 1.7  # "at least 1.7x faster" to vanilla GRPO's peak (docs/paper.md 1)
 # what each question's estimate is, as the bottom line words it (docs/verdict.md declares both)
 QUESTION_WORDS = {
-    "a": "speedup to the baseline's peak",
+    "a": "wall-clock speedup over 10-90% of the baseline's gain (gain profile)",
     "b": "mean accuracy within the budget, method - baseline",
 }
 # the columns that tell comparisons apart; a line names those that differ between the rows shown
