@@ -407,18 +407,26 @@ def report(table: pd.DataFrame, comparisons: list[dict], seeds: int) -> str:
 
 
 def apriori_power_at(comp: dict, e: verdict.Endpoint, seeds: int) -> float:
-    """Power of the paired (or Welch) t test at `seeds` seeds for the endpoint's minimum effect,
-    with the comparison's per-seed SD as the planning SD (per-seed endpoints only; NaN otherwise)."""
-    if e.kind != "seed":
+    """Power of the endpoint's test at `seeds` pairs (or seeds per arm, unpaired) for its minimum
+    effect, planning with the comparison's per-seed SD: of the per-seed differences for a per-seed
+    endpoint, of the log speedup (joint-seed bootstrap SD x sqrt(k) x sqrt(k/(k-1))) for a time one."""
+    paired = bool(comp.get("paired")) and len(comp["base"]) == len(comp["meth"])
+    if e.kind == "seed":
+        f = stats.SEED_STATISTICS[e.rule]
+        v_b, v_m = f(comp["t"], comp["base"]), f(comp["t"], comp["meth"])
+        sd = (float(np.std(v_m - v_b, ddof=1)) if paired
+              else float(np.sqrt((np.var(v_b, ddof=1) + np.var(v_m, ddof=1)) / 2)))
+    else:
+        steps = np.full_like(comp["base"], np.nan)
+        record = verdict.compare(comp["t"], verdict.Arm(comp["base"], steps), verdict.Arm(comp["meth"], steps),
+                                 endpoints=[e.name], n_boot=400, paired=paired, fixed_target=comp.get("fixed"))
+        sd = float(record[0].get("unit_sd", math.nan)) if record else math.nan
+    if not (math.isfinite(sd) and sd > 0):
         return math.nan
-    f = stats.SEED_STATISTICS[e.rule]
-    v_b, v_m = f(comp["t"], comp["base"]), f(comp["t"], comp["meth"])
-    paired = bool(comp.get("paired")) and len(v_b) == len(v_m)
-    sd = float(np.std(v_m - v_b, ddof=1)) if paired else float(np.sqrt((np.var(v_b, ddof=1) + np.var(v_m, ddof=1)) / 2))
     df = seeds - 1 if paired else 2 * seeds - 2
     nc = abs(e.minimum_effect) / (sd / math.sqrt(seeds) if paired else sd * math.sqrt(2 / seeds))
     q = sps.t.ppf(1 - stats.ALPHA / 2, df)
-    return float(sps.nct.sf(q, df, nc) + sps.nct.cdf(-q, df, nc)) if sd > 0 else math.nan
+    return float(sps.nct.sf(q, df, nc) + sps.nct.cdf(-q, df, nc))
 
 
 def calibration_markdown(table: pd.DataFrame) -> str:
