@@ -151,7 +151,7 @@ def run_files():
 
 def finished_run_files():
     """run_files() once every run is finished: what the analysis reads, as its stamp records it."""
-    return [f"{path}/{name}" for path in map(STUDY.run_dir, STUDY.runs) for name in ("evals.jsonl", "steps.jsonl")]
+    return [f"{path}/{name}" for path in map(PATHS.run_dir, STUDY.runs) for name in ("evals.jsonl", "steps.jsonl")]
 
 
 def cached_results():
