@@ -399,9 +399,11 @@ def test_the_confirmation_dry_run_trains_its_first_batch_on_the_cost_clock(tmp_p
 
 @pytest.mark.slow
 def test_the_smoke_study_on_the_cost_clock_agrees_with_the_measured_clock(tmp_path):
-    """Runs on the cost clock: their curves sit at step x the arm's measured cost, and the seconds a
-    step took in the run itself agree with that cost (a sanity bound, not a benchmark: the
-    interleaved measurement ran alone, the runs two at a time)."""
+    """Runs on the cost clock: their curves sit at step x the arm's measured cost, and on a machine
+    doing nothing else the seconds a step took in the run itself agree with that cost (a sanity
+    bound, not a benchmark: the interleaved measurement ran alone, the runs two at a time). Where
+    the runs' own load record says the machine was busy with other work, the clocks cannot agree
+    and only that is said."""
     snakemake("--cores", "2", "reproduce", "--configfile", "config/smoke.yaml", "--config", "clock=cost",
               tmp=tmp_path)
     results = tmp_path / "results"
@@ -410,10 +412,17 @@ def test_the_smoke_study_on_the_cost_clock_agrees_with_the_measured_clock(tmp_pa
 
     table = pd.read_csv(results / "summary.csv")
     assert set(table["axis"]) == {"cost"}
+    loads, ratios = [], []
     for summary_path in (results / "runs").rglob("summary.json"):
         summary = json.loads(summary_path.read_text())
         c = costs[summary["method"]]["s_per_step"]
         assert summary["step_cost_s"] == pytest.approx(c)
         evals = [json.loads(line) for line in (summary_path.parent / "evals.jsonl").read_text().splitlines()]
         assert all(e["cost_time_s"] == pytest.approx(e["step"] * c, abs=1e-3) for e in evals)
-        assert 0.5 < summary["s_per_step"] / c < 2.0, (summary["method"], summary["s_per_step"], c)
+        steps = [json.loads(line) for line in (summary_path.parent / "steps.jsonl").read_text().splitlines()]
+        loads.append(max(s.get("load_avg_1m", 0.0) for s in steps))
+        ratios.append(summary["s_per_step"] / c)
+    if max(loads) > 1.5 * (os.cpu_count() or 2):
+        pytest.skip(f"the machine ran other work during the runs (1-minute load up to {max(loads):.1f}); "
+                    f"measured / modelled step cost {min(ratios):.2f}-{max(ratios):.2f}")
+    assert all(0.5 < r < 2.0 for r in ratios), ratios
