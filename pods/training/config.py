@@ -328,6 +328,9 @@ class TrainConfig:
              "adamw_8bit is implemented by update_engine 'lora' only")
         need(not self.compile_update or self.update_engine == "torch", "compile_update",
              f"is implemented by update_engine 'torch' only (update_engine is {self.update_engine!r})")
+        # ZeRO-3 gathers weights inside every forward, so its processes decode in lockstep (hf does, hf_static not)
+        need(not (self.rollout_engine == "hf_static" and self.update_engine == "deepspeed"
+                  and self.deepspeed_zero_stage == 3), "rollout_engine", "cannot run beside DeepSpeed ZeRO-3 (use hf)")
         for key in ("prompts_per_step", "micro_batch", "max_new_tokens", "eval_repeats", "eval_batch", "num_threads"):
             need(getattr(self, key) >= 1, key, "must be >= 1")
         for key in ("lr", "temperature", "eval_temperature"):

@@ -101,3 +101,5 @@ def test_speed_options_are_accepted_and_checked():
     assert not TrainConfig().compile_update and TrainConfig().rollout_engine == "hf"  # the committed runs' path
     with pytest.raises(ValueError, match="'compile_update'.*'torch' only"):
         load_train_config(None, ["compile_update=true", "update_engine=lora"])
+    with pytest.raises(ValueError, match="'rollout_engine'.*ZeRO-3"):
+        load_train_config(None, ["rollout_engine=hf_static", "update_engine=deepspeed", "deepspeed_zero_stage=3"])
