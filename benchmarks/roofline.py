@@ -22,7 +22,7 @@ torch's attention formula for the CPU flash-attention kernel, which the counter 
 with the shapes actually run, in an untimed eager pass over the same inputs. The elementwise work
 (activations, norms, softmax, sampling, the optimiser) counts zero: it is the overhead a roofline
 fraction measures. Padding and rows that keep decoding after their EOS are counted, since they are
-executed; the line `useful` gives the share of the counted FLOPs that fall on real tokens. A
+executed; the column `real tokens` gives the share of the positions run that are real tokens. A
 compiled variant runs the same products as its eager pass (its count comes from an eager pass of
 the same engine with the same shapes). Each timing is the fastest of `--rounds` interleaved
 repetitions, with the load average printed beside it: other processes on the machine slow every
@@ -210,16 +210,24 @@ def main() -> int:
         torch.manual_seed(seed)
         return engine.generate(prompts, n, temperature=1.0, max_new_tokens=args.max_new_tokens)
 
-    decode_flops, useful = {}, {}
+    decode_flops, useful, tokens = {}, {}, {}
     for name, engine in engines.items():
         eager = engine
         if getattr(engine, "compile", False):  # count the products of the same engine run eagerly
             eager = type(engine)(model=model, tokenizer=tokenizer, compile=False)
         for arm, n in ARMS.items():
             decode_flops[(name, arm)] = counted(lambda: decode(eager, n))
-            made = decode(eager, n)
-            # per real token: the products of one position (the FLOPs of a prefill-free pass over it)
-            useful[(name, arm)] = made.num_tokens / made.completion_mask.numel()
+            rows_run = []  # rows of every one-token decoding call: the positions decoded
+            hook = model.register_forward_pre_hook(
+                lambda module, args, kwargs: rows_run.append(kwargs["input_ids"].shape[0])
+                if kwargs["input_ids"].shape[1] == 1 else None, with_kwargs=True)
+            try:
+                made = decode(eager, n)
+            finally:
+                hook.remove()
+            tokens[(name, arm)] = made.num_tokens
+            # the first token of every row comes from the prefill, each later one from a decoding call
+            useful[(name, arm)] = made.num_tokens / (len(made) + sum(rows_run))
     for step in updates.values():  # warm-up (compilation) off the clock
         step.step(batch, advantages)
     for engine in engines.values():
@@ -237,25 +245,28 @@ def main() -> int:
 
     trained_share = batch.num_tokens / (len(batch) * batch.completion_len)
     print(f"\n## Achieved rates ({load()})")
-    print("| phase | s | GFLOP | GFLOP/s | of peak | useful |")
-    print("|---|---|---|---|---|---|")
+    print("| phase | s | GFLOP | GFLOP/s | of peak | real tokens | tokens/s |")
+    print("|---|---|---|---|---|---|---|")
     for label in updates:
         t = times[label]
         print(f"| {label}, 128 rollouts x {batch.completion_len} positions | {t:.4f} | {update_flops / 1e9:.2f} | "
-              f"{update_flops / t / 1e9:.1f} | {update_flops / t / 1e9 / peak:.0%} | {trained_share:.0%} |")
+              f"{update_flops / t / 1e9:.1f} | {update_flops / t / 1e9 / peak:.0%} | {trained_share:.0%} | "
+              f"{batch.num_tokens / t:.0f} |")
     for name in engines:
         for arm in ARMS:
             key, flops = f"decode {arm} ({name})", decode_flops[(name, arm)]
             t = times[key]
             print(f"| {key} | {t:.4f} | {flops / 1e9:.2f} | {flops / t / 1e9:.1f} | {flops / t / 1e9 / peak:.0%} | "
-                  f"{useful[(name, arm)]:.0%} |")
+                  f"{useful[(name, arm)]:.0%} | {tokens[(name, arm)] / t:.0f} |")
     if args.profile:
         profile("update (eager)", lambda: updates["update (eager)"].step(batch, advantages))
         for name, engine in engines.items():
             profile(f"decode PODS n=64 ({name})", lambda: decode(engine, ARMS["PODS n=64"]))
-    print("\nof peak: counted matrix-product FLOPs / phase seconds / peak. useful: the share of the positions run "
-          "that are real tokens (update: completion tokens over rows x completion length; decode: generated "
-          "tokens over rows x decoding steps).")
+    print("\nof peak: counted matrix-product FLOPs / phase seconds / peak. real tokens: the share of the positions "
+          "run that are real tokens (update: completion tokens over rows x completion length; decode: generated "
+          "tokens over the rows of every decoding step, finished rows still in the batch included). tokens/s: "
+          "completion tokens trained, or generated, per second: compare engines by it, since a variant that runs "
+          "more positions can reach a larger share of the peak and still be slower.")
     return 0
 
 
