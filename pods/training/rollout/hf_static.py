@@ -9,7 +9,7 @@ engine grows its cache by one position per token, so every step has new shapes.
 Here the prompts are prefilled as in `hf` (each once, left-padded) and copied into a
 `transformers.StaticCache` of `capacity` positions (the prompt width plus `max_new_tokens`,
 rounded up to `CAPACITY_STEP` so that prompts of nearby widths share one compiled graph); the
-engine keeps that cache for the next call of the same shape, so the compiled step is reused, not
+engine keeps one cache per shape for the next calls, so the compiled step is reused, not
 recompiled. Each decode step attends over the whole capacity under an additive mask that hides the
 padding and the positions not yet written. Rows that have emitted EOS stay in the batch (fixed
 shapes; their tokens are cut afterwards) and decoding stops when every row has.
@@ -57,7 +57,7 @@ class StaticHFRolloutEngine(HFRolloutEngine):
             raise ValueError("rollout_engine 'hf_static' does not run under DeepSpeed ZeRO-3 (use 'hf')")
         self.compile = compile
         self._step = None
-        self._cache, self._cache_shape = None, None
+        self._caches: dict[tuple, StaticCache] = {}
 
     def _compiled_step(self, device: torch.device):
         if self._step is None:
@@ -70,14 +70,15 @@ class StaticHFRolloutEngine(HFRolloutEngine):
         return self._step
 
     def _static_cache(self, model, batch: int, capacity: int, dtype) -> StaticCache:
-        """The engine's static cache for this shape, emptied: the same tensors call after call, so a
-        compiled (captured) step is reused rather than recompiled."""
-        shape = (batch, capacity, dtype)
-        if self._cache_shape != shape:
-            self._cache, self._cache_shape = StaticCache(config=model.config, max_cache_len=capacity), shape
+        """The engine's static cache for this shape, emptied. One is kept per shape (training's and the
+        evaluation's batches alternate), so each compiled (captured) step keeps reading the same
+        tensors and is reused rather than recompiled or captured again."""
+        shape = (id(model), batch, capacity, dtype)
+        if shape not in self._caches:
+            self._caches[shape] = StaticCache(config=model.config, max_cache_len=capacity)
         else:
-            self._cache.reset()
-        return self._cache
+            self._caches[shape].reset()
+        return self._caches[shape]
 
     def _decode(self, model, cache, logits, attention, sample, max_new_tokens):
         device, dtype = logits.device, next(model.parameters()).dtype
