@@ -4,10 +4,14 @@
 
 A tiny untrained model built from a config stands in for yours (no download): swap in any causal LM.
 """
+import logging
 import os
 import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# TRL imports peft, which imports bitsandbytes, which warns that it found no fused 4-bit CPU kernel;
+# this example has no 4-bit weights
+logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
 from datasets import Dataset  # noqa: E402
 

@@ -22,7 +22,8 @@ SUMMARY = "Reproduction suite for PODS"
 COMMANDS = {
     "train": ("pods.training.trainer", "train one GRPO / GRPO-PODS run (resumes from its checkpoint when restarted)"),
     "fetch": ("pods.training.hub", "fetch a model or dataset from the hub once, into the hub cache and a local folder"),
-    "warmstart": ("pods.training.warmstart", "supervised warm start of the tiny policy (the embedded base model)"),
+    "warmstart": ("pods.training.warmstart_cli",
+                  "supervised warm start of the tiny policy (the embedded base model), on the workflow's CPU kernels"),
     "cost": ("pods.training.cost", "each arm's seconds per optimiser step on this machine, by an interleaved benchmark"),
     "analyze": ("pods.study.analysis", "speedup table of a study over run directories"),
     "confirm": ("pods.study.confirm", "a confirmation's sequential decisions after its looks so far"),

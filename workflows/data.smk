@@ -3,16 +3,31 @@
 # weights, as the paper's arms all start from the same instruct model). A base model, tokenizer
 # or dataset given as a hub id is fetched once (fetch_hub) and every train job reads that folder;
 # a benchmark whose base_model is a local folder needs no rule here.
+import json
+
+from pods.training.warmstart_config import KERNELS_VARIABLE, base_differences, code_files
 
 
-# The code a warm start depends on: a change to any of it (or to the recipe in params) builds the
-# base model again, and every run records the fingerprint of the base it started from, so runs
-# from different bases are never compared (pods.study.analysis.check_same_start).
-WARMSTART_CODE = [
-    str(Path(workflow.basedir, "pods", "training", name))
-    for name in ("warmstart.py", "warmstart_config.py", "models.py", "evaluation.py", "batches.py", "rollout/hf.py",
-                 "rollout/base.py", "tasks/__init__.py", "tasks/base.py", "tasks/arith.py")
-]
+# The code a warm start depends on: every module of the package `pods warmstart` imports, read off
+# their sources (pods.training.warmstart_config.code_files). A change to any of it (or to the recipe
+# in params) builds the base model again, and every run records the fingerprint of the base it
+# started from, so runs from different bases are never compared (pods.study.analysis.check_same_start).
+WARMSTART_CODE = [str(path) for path in code_files()]
+
+
+def check_base(label):
+    """A base already under models_dir must be the one this study's warm start builds, with the same
+    recipe on the same CPU kernels (a hand-built one is another model): checked for the runs still
+    to train, before any job starts."""
+    marker = Path(PATHS.warmstart_marker(label))
+    if not marker.is_file():
+        return
+    kernels = config.get("aten_cpu_capability")
+    differences = base_differences(json.loads(marker.read_text()), STUDY.configs.warmstart_config(label), kernels)
+    if differences:
+        command = (f"{KERNELS_VARIABLE}={kernels} " if kernels else "") + STUDY.warmstart_command(label)
+        raise ValueError(f"{marker.parent} is not this study's warm start ({'; '.join(differences)}): delete it and "
+                         f"the workflow builds it, or build it as the workflow does: rm -r {marker.parent} && {command}")
 
 
 rule warmstart:

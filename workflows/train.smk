@@ -26,6 +26,8 @@ def train_inputs(wc):
     inputs = {"trainer_config": ancient(STUDY.trainer_config)}
     marker = PATHS.base_model_marker(wc.benchmark)
     if marker:
+        if PATHS.uses_warmstart(wc.benchmark):
+            check_base(wc.benchmark)
         inputs["base_model"] = ancient(marker)
     for i, (kind, hub_id) in enumerate(STUDY.run_config(run_from(wc)).hub_needs):
         inputs[f"hub_{i}"] = ancient(PATHS.hub_marker(kind, hub_id))

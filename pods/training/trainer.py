@@ -332,7 +332,13 @@ def check_base_model(cfg: TrainConfig) -> None:
     except FileNotFoundError as exc:  # a hub id the offline cache lacks
         raise FileNotFoundError(f"base_model: {exc}") from None
     if not (base / "config.json").is_file():
-        raise FileNotFoundError(f"base_model: no model folder at {base}; run `pods warmstart` first")
+        from pods.training.tasks import task_class
+        from pods.training.warmstart_config import warmstart_command
+
+        embedded = hasattr(task_class(cfg.benchmark), "worked_solution")  # a benchmark the package warm-starts
+        build = (f"; build it as the workflow does: {warmstart_command([f'benchmark={cfg.benchmark}', f'out_dir={base}'])}"
+                 if embedded else "")
+        raise FileNotFoundError(f"base_model: no model folder at {base}{build}")
 
 
 def build_parts(cfg: TrainConfig) -> Parts:

@@ -177,17 +177,3 @@ def _save(model, tokenizer, record: dict, out_dir: Path) -> None:
         shutil.rmtree(old)
     else:
         os.replace(tmp, out_dir)
-
-
-# ------------------------------------------------------------------------------ CLI
-def add_arguments(parser) -> None:
-    parser.add_argument("--config", help="YAML file with WarmStartConfig fields")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="override a config field")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.set_defaults(func=_main)
-
-
-def _main(args) -> int:
-    cfg = load_warmstart_config(args.config, args.overrides)
-    warmstart(cfg, progress=not args.no_progress)
-    return 0

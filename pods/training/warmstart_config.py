@@ -5,13 +5,22 @@ every embedded benchmark whenever the workflow is parsed, on every node.
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from pods.training.config import check_field_name, coerce_field, parse_overrides
 
 WARMSTART_WORD = "warmstart key"
+
+# The CPU kernel path (torch's ATEN_CPU_CAPABILITY) of the embedded bases. float32 training is
+# bit-exact on one kernel path of one kind of CPU only, and the committed runs' bases were built on
+# AVX2 kernels. The workflow exports the study's `aten_cpu_capability` (config/config.yaml: this
+# one) to every job; `pods warmstart` run by hand takes this one unless ATEN_CPU_CAPABILITY is set.
+CPU_KERNELS = "avx2"
+KERNELS_VARIABLE = "ATEN_CPU_CAPABILITY"
 
 
 # Warm-start length per benchmark, chosen so the base model's greedy test accuracy lands in the
@@ -111,3 +120,59 @@ def load_warmstart_config(path: str | None, overrides: list[str]) -> WarmStartCo
     config = WarmStartConfig(**{key: coerce_field(fields, key, value, WARMSTART_WORD) for key, value in values.items()})
     config.validate()
     return config
+
+
+def base_differences(record: dict, expected: WarmStartConfig, cpu_kernels: str | None) -> list[str]:
+    """How a base's warmstart.json differs from the warm start `expected` builds on `cpu_kernels`:
+    `steps=600, not 500` per recipe key (where it is written aside), and the CPU kernel path when
+    both are known; [] when it is that base."""
+    recorded = record.get("config") or {}
+    differences = [f"{key}={recorded.get(key)!r}, not {value!r}" for key, value in dataclasses.asdict(expected).items()
+                   if key != "out_dir" and recorded.get(key) != value]
+    built_on = (record.get("environment") or {}).get("cpu_capability")
+    if cpu_kernels and built_on and built_on.lower() != cpu_kernels.lower():
+        differences.append(f"CPU kernels {built_on}, not {cpu_kernels.upper()}")
+    return differences
+
+
+def warmstart_command(overrides: list[str], config: str | None = None, cpu_kernels: str | None = CPU_KERNELS) -> str:
+    """The command line that builds a base as the workflow's `warmstart` rule does."""
+    argv = ["pods", "warmstart", *(["--config", config] if config else []), *overrides]
+    return (f"{KERNELS_VARIABLE}={cpu_kernels} " if cpu_kernels else "") + shlex.join(argv)
+
+
+# ------------------------------------------------------------------------------ the code it runs
+def code_files(modules: tuple[str, ...] = ("pods.cli", "pods.training.warmstart_cli")) -> list[Path]:
+    """Every file of the package that `modules` (`pods warmstart`) import, directly or through
+    others, anywhere in a body (a function-level import runs too): the warm start's code inputs in
+    the workflow, so that a change to any of them builds the base again. Read from the source,
+    nothing imported."""
+    package = Path(__file__).resolve().parents[1]  # the pods folder
+
+    def file_of(name: str) -> Path | None:
+        path = package.parent.joinpath(*name.split("."))
+        return path / "__init__.py" if path.is_dir() else path.with_suffix(".py") if path.with_suffix(".py").is_file() else None
+
+    seen: dict[str, Path] = {}
+    todo = list(modules)
+    while todo:
+        name = todo.pop()
+        while name and file_of(name) is None:  # `from pods.x import name` where name is not a module
+            name = name.rpartition(".")[0]
+        if not name or name in seen:
+            continue
+        path = seen[name] = file_of(name)
+        parts = name.split(".")
+        todo += [".".join(parts[:k]) for k in range(1, len(parts))]  # its packages' __init__s run first
+        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                todo += [a.name for a in node.names if a.name.split(".")[0] == package.name]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = here.split(".")[: len(here.split(".")) - node.level + 1]
+                    base = ".".join(anchor + ([base] if base else []))
+                if base.split(".")[0] == package.name:
+                    todo += [base, *(f"{base}.{a.name}" for a in node.names)]
+    return sorted(seen.values())

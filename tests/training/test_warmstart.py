@@ -132,3 +132,87 @@ def test_the_default_warm_start_is_pinned(tmp_path):
     record = warmstart(cfg, progress=False)
     assert record["final_loss"] == pytest.approx(PINNED["final_loss"], rel=1e-3)
     assert record["greedy_mean_length"] == pytest.approx(PINNED["greedy_mean_length"], abs=0.3)
+
+
+def test_the_warm_starts_code_inputs_are_every_module_it_imports(tmp_path):
+    """The workflow rebuilds a base when any file of code_files() changes: every module of the
+    package that `pods warmstart` loads must be among them (a hand-kept list missed some)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from pods.training.warmstart_config import code_files
+
+    repo = Path(__file__).resolve().parents[2]
+    files = set(code_files())
+    assert {repo / "pods/training/config.py", repo / "pods/training/warmstart.py", repo / "pods/cli.py"} <= files
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, pods.cli, pods.training.warmstart_cli, pods.training.warmstart\n"
+         "print('\\n'.join(m.__file__ for n, m in list(sys.modules.items()) if n.split('.')[0] == 'pods'))"],
+        env={**__import__("os").environ, "PYTHONPATH": str(repo)}, cwd=tmp_path, capture_output=True, text=True, check=True)
+    missing = {Path(line) for line in loaded.stdout.split()} - files
+    assert not missing, f"imported by the warm start but not among its code inputs: {sorted(map(str, missing))}"
+
+
+def test_a_base_is_compared_with_the_studys_recipe_and_cpu_kernels():
+    from dataclasses import asdict
+
+    from pods.training.warmstart_config import base_differences, warmstart_command
+
+    expected = load_config(None, ["benchmark=arith", "out_dir=models/arith/base"])
+    record = {"config": {**asdict(expected), "out_dir": "models/{benchmark}/base"},
+              "environment": {"cpu_capability": "AVX2"}}
+    assert base_differences(record, expected, "avx2") == []
+    record["config"]["steps"] = 600
+    record["environment"]["cpu_capability"] = "AVX512"
+    assert base_differences(record, expected, "avx2") == ["steps=600, not 500", "CPU kernels AVX512, not AVX2"]
+    assert base_differences(record, expected, None) == ["steps=600, not 500"]  # no pin: torch's own choice
+    assert (warmstart_command(["benchmark=arith", "out_dir=models/arith/base"])
+            == "ATEN_CPU_CAPABILITY=avx2 pods warmstart benchmark=arith out_dir=models/arith/base")
+
+
+def _pods(args, tmp_path, **env):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    environ = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    return subprocess.run([sys.executable, "-m", "pods.cli", *args], cwd=tmp_path, capture_output=True, text=True,
+                          env={**environ, "PYTHONPATH": str(repo), "HF_HUB_OFFLINE": "1", **env})
+
+
+def test_pods_warmstart_by_hand_builds_on_the_workflows_cpu_kernels_unless_told_otherwise(tmp_path):
+    tiny = [f"{k}={v}" for k, v in TINY.items()] + ["steps=2"]
+    result = _pods(["warmstart", "--no-progress", *tiny, f"out_dir={tmp_path / 'pinned'}"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "pinned/warmstart.json").read_text())["environment"]["cpu_capability"] == "AVX2"
+    result = _pods(["warmstart", "--no-progress", *tiny, f"out_dir={tmp_path / 'default'}"], tmp_path,
+                   ATEN_CPU_CAPABILITY="default")
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "default/warmstart.json").read_text())["environment"]["cpu_capability"] == "DEFAULT"
+
+
+def test_pods_warmstart_help_loads_no_model_library(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    code = ("import sys\nfrom pods.cli import main\ntry:\n    main(['warmstart', '--help'])\nexcept SystemExit:\n    pass\n"
+            "print('loaded:', sorted(m for m in ('torch', 'transformers', 'bitsandbytes') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                            env={**__import__("os").environ, "PYTHONPATH": str(repo)})
+    assert "ATEN_CPU_CAPABILITY" in result.stdout and "loaded: []" in result.stdout, result.stdout + result.stderr
+
+
+def test_a_missing_base_names_the_command_that_builds_it(tmp_path):
+    from pods.training.config import load_train_config
+    from pods.training.trainer import check_base_model
+
+    cfg = load_train_config(None, [f"base_model={tmp_path / 'base'}", f"run_dir={tmp_path / 'run'}"])
+    with pytest.raises(FileNotFoundError) as refused:
+        check_base_model(cfg)
+    assert str(refused.value) == (f"base_model: no model folder at {tmp_path / 'base'}; build it as the workflow does: "
+                                  f"ATEN_CPU_CAPABILITY=avx2 pods warmstart benchmark=arith out_dir={tmp_path / 'base'}")

@@ -217,6 +217,28 @@ def test_a_paper_summary_not_yet_written_stops_only_the_targets_that_read_it(tmp
 
 
 @pytest.mark.slow
+def test_a_base_built_otherwise_is_refused_before_any_job_with_the_command_that_builds_the_right_one(tmp_path):
+    """A base under models_dir that `pods warmstart` built by hand with another recipe or on other
+    CPU kernels is another model: the runs still to train would start from it without a word."""
+    from dataclasses import asdict
+
+    from pods.training.warmstart_config import load_warmstart_config
+
+    base = tmp_path / "models/arith/base"
+    base.mkdir(parents=True)
+    recipe = asdict(load_warmstart_config(None, ["benchmark=arith", f"out_dir={base}"]))
+    (base / "warmstart.json").write_text(json.dumps({"config": recipe, "environment": {"cpu_capability": "AVX2"}}))
+    snakemake("-n", "reproduce", tmp=tmp_path)  # the study's own recipe and kernels: accepted
+    (base / "warmstart.json").write_text(json.dumps({"config": recipe, "environment": {"cpu_capability": "AVX512"}}))
+    proc = snakemake("-n", "reproduce", tmp=tmp_path, check=False)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Job stats" not in text
+    assert (f"{base} is not this study's warm start (CPU kernels AVX512, not AVX2): delete it and the workflow builds it, "
+            f"or build it as the workflow does: rm -r {base} && ATEN_CPU_CAPABILITY=avx2 pods warmstart "
+            f"benchmark=arith out_dir={base}") in text
+
+
+@pytest.mark.slow
 def test_figures_refuses_to_train(tmp_path):
     """`figures` never schedules training: unfinished runs are an error naming the way out."""
     runs = sorted(expected_runs(study_config()))
