@@ -9,15 +9,19 @@
 import os
 from pathlib import Path
 
-from snakemake.utils import min_version
+from snakemake.utils import min_version, update_config
 
-from pods.study.schema import load_schema, validate
+from pods.study.schema import load_schema, typed_command_line, validate
 
 min_version("8.0")
 
 
 configfile: "config/config.yaml"
 
+
+# `--config seeds=[0,1]` arrives as ['0', '1'] (Snakemake reads list and mapping items given on the
+# command line as strings): read them as YAML does before the schema checks their types.
+update_config(config, typed_command_line(dict(workflow.config_settings.config)))
 
 # config/schema.yaml, its registry-defined name lists filled in (read once: the study model in
 # workflows/common.smk checks hardware profiles with it too); defaults fill in as Snakemake's own

@@ -51,12 +51,22 @@ def kept_advantages(
     if normalize_over not in ("kept", "all"):
         raise ValueError(f"normalize_over must be 'kept' or 'all', got {normalize_over!r}")
     as_numpy = isinstance(rewards, np.ndarray)
-    rewards, kept = _checked(torch.as_tensor(rewards), torch.as_tensor(kept), normalize_over)
+    rewards, kept = _checked(_numbers(rewards, "rewards"), _numbers(kept, "kept"), normalize_over)
     if normalize_over == "kept":
         advantages = group_advantages(torch.gather(rewards, 1, kept), scale=scale, eps=eps)
     else:
         advantages = torch.gather(group_advantages(rewards, scale=scale, eps=eps), 1, kept)
     return advantages.numpy() if as_numpy else advantages
+
+
+def _numbers(values, what: str) -> torch.Tensor:
+    """`values` as a tensor, or a ValueError that says numbers were expected (torch's own error for
+    strings or ragged lists is a TypeError about its constructor)."""
+    try:
+        return torch.as_tensor(values)
+    except (TypeError, ValueError, RuntimeError):
+        shown = str(np.asarray(values, dtype=object).tolist())[:80]
+        raise ValueError(f"{what} must be numbers of shape [groups, ...], got {type(values).__name__} {shown}") from None
 
 
 def _checked(rewards: torch.Tensor, kept: torch.Tensor, normalize_over: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,6 +10,8 @@ rollouts in generation order.
 """
 from __future__ import annotations
 
+import numbers
+
 from typing import Callable
 
 import numpy as np
@@ -133,8 +135,14 @@ def select(rewards, m: int, rule: str = "max_variance", generator: torch.Generat
     kind (numpy int64 or torch long). Raises ValueError naming the problem for bad input.
     """
     SELECTION_RULES[rule]  # an unknown name: ValueError listing the rules
+    if isinstance(m, bool) or not isinstance(m, numbers.Integral):
+        raise ValueError(f"m must be an integer (rollouts kept per group), got {m!r}")
     as_numpy = isinstance(rewards, np.ndarray)
-    r = torch.as_tensor(rewards).detach().to(device="cpu", dtype=torch.float64)
+    try:
+        r = torch.as_tensor(rewards).detach().to(device="cpu", dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"rewards must be numbers (float, int or bool) of shape [groups, n], got "
+                         f"{type(rewards).__name__} {str(np.asarray(rewards, dtype=object).tolist())[:80]}") from None
     if r.dim() != 2:
         raise ValueError(f"rewards must have shape [groups, n], got {r.dim()} dimension(s): {tuple(r.shape)}")
     G, n = r.shape

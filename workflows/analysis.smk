@@ -30,9 +30,22 @@ FRESH["study_file"] = Path(STUDY_FILE).is_file() and Path(STUDY_FILE).read_text(
 derived("analyze", lambda: {"study": STUDY_FILE, "runs": run_files()}, upstream=["study_file"])
 
 
+def analyze_inputs(wildcards):
+    """The analysis's inputs; where they are not those it read before, every finished run is read
+    and checked now (pods.runs.read_run), so that a broken line stops the workflow before any job,
+    naming its file and line, rather than the analysis job under its list of inputs."""
+    inputs = by_content("analyze")
+    if not fresh("analyze"):
+        from pods.runs import read_run
+
+        for path in sorted(FINISHED):
+            read_run(path)
+    return inputs
+
+
 rule analyze:
     input:
-        unpack(lambda wc: by_content("analyze")),
+        unpack(analyze_inputs),
     output:
         csv=report(
             SUMMARY_CSV,

@@ -19,6 +19,12 @@ STUDY = Study(config, schema=STUDY_SCHEMA)
 
 PATHS = STUDY.paths
 RESULTS, MODELS, FIGURES = PATHS.results, PATHS.models, PATHS.figures
+# A results folder inside a run directory (`--config results_dir=<a finished run's folder>`) would
+# plan the whole study inside that run.
+for _folder in (Path(RESULTS).absolute(), *Path(RESULTS).absolute().parents):
+    if (_folder / "summary.json").is_file() or (_folder / "evals.jsonl").is_file():
+        raise ValueError(f"results_dir: {RESULTS} is inside the run directory {_folder}; give the study a "
+                         f"folder of its own (e.g. results_dir=results/local)")
 RUNS, LOGS = PATHS.runs_dir, PATHS.logs
 SUMMARY_CSV, SUMMARY_MD, STUDY_FILE = PATHS.summary_csv, PATHS.summary_md, PATHS.study_file
 RUN_DIR = run_path(RUNS, benchmark="{benchmark}", hardware="{hardware}", method="{method}", seed="{seed}")

@@ -103,7 +103,7 @@ class RunConfigs:
         identity = dict(
             benchmark=bench.get("task", run.benchmark), hardware=run.hardware, n=method.n, m=method.m,
             rule=method.rule, seed=int(run.seed), base_model=self.paths.base_model_dir(run.benchmark),
-            run_dir=self.paths.run_dir(run),
+            run_dir=self.paths.run_dir(run), hardware_dir=self.config["hardware_dir"],
         )
         if method.dynamic:  # `dapo-...`: DAPO's dynamic sampling, part of the run's identity
             identity["dynamic_sampling"] = True

@@ -70,6 +70,23 @@ def validate(instance: Any, schema: Mapping, where: str, definition: str | None 
     return instance
 
 
+def typed_command_line(value: Any) -> Any:
+    """`--config` values as YAML reads them. Snakemake types a top-level number or boolean but
+    reads the items of a list or mapping, and `null`, as strings (`seeds=[0,1]` -> ['0', '1']):
+    each string that YAML reads as a number, a boolean or null becomes one; other strings stay."""
+    if isinstance(value, str):
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value
+        return parsed if parsed is None or isinstance(parsed, (bool, int, float)) else value
+    if isinstance(value, Mapping):
+        return {key: typed_command_line(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [typed_command_line(item) for item in value]
+    return value
+
+
 def load_study_config(*paths: str | Path, overrides: Mapping | None = None, schema: Mapping | None = None) -> dict:
     """The study config as the workflow sees it: the files merged as `--configfile` merges them
     (nested mappings key by key), then `overrides` (`--config`), validated with defaults filled in."""
@@ -78,6 +95,6 @@ def load_study_config(*paths: str | Path, overrides: Mapping | None = None, sche
     config: dict = {}
     for path in paths:
         update_config(config, yaml.safe_load(Path(path).read_text()) or {})
-    update_config(config, dict(overrides or {}))
+    update_config(config, typed_command_line(dict(overrides or {})))
     where = " + ".join([*map(str, paths), *(["--config"] if overrides else [])]) or "study config"
     return validate(config, schema or load_schema(), where)

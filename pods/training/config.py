@@ -34,7 +34,13 @@ class TrainConfig:
         default_factory=dict, metadata={"help": "Keyword options for `get_task` (e.g. test_size)."}
     )
     hardware: str = field(
-        default="cpu", metadata={"help": "Hardware profile name (`config/hardware/<name>.yaml`); a run-path component."}
+        default="cpu", metadata={"help": "Hardware profile name (`<hardware_dir>/<name>.yaml`); a run-path component."}
+    )
+    hardware_dir: str = field(
+        default="config/hardware",
+        metadata={"help": "Folder of the hardware profiles: `hardware` must name one of them, and the run records "
+                          "its content (summary.json `hardware`). Where the folder does not exist (outside a "
+                          "checkout) any name is taken and none is recorded. The workflow sets the study's."},
     )
     seed: int = field(
         default=0,
@@ -357,6 +363,10 @@ class TrainConfig:
         need(check_report_to(self.report_to) is None, "report_to", check_report_to(self.report_to) or "")
         for key in ("hardware", "run_dir", "base_model", "device"):
             need(bool(getattr(self, key)), key, "must not be empty")
+        profiles = Path(self.hardware_dir)
+        need(not profiles.is_dir() or (profiles / f"{self.hardware}.yaml").is_file(), "hardware",
+             f"no profile {profiles / (self.hardware + '.yaml')} (profiles there: "
+             f"{', '.join(sorted(p.stem for p in profiles.glob('*.yaml'))) if profiles.is_dir() else ''})")
         return self
 
 

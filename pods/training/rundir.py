@@ -151,7 +151,7 @@ class RunDirectory:
                   flush=True)
         # process 0 reports each record as it is appended to the JSONL files (resume: the same tracker run)
         self.tracker = Tracker(cfg.report_to if rank == 0 else [], run_dir, resume_step=progress.step, metadata={
-            "config": cfg.to_dict(), "provenance": self._origin, "hardware": hardware_profile(cfg.hardware)})
+            "config": cfg.to_dict(), "provenance": self._origin, "hardware": hardware_profile(cfg.hardware, cfg.hardware_dir)})
         return progress, saved_rng
 
     # --- while it runs ----------------------------------------------------------------------------
@@ -204,8 +204,19 @@ def saved_config_differences(cfg: TrainConfig, run_dir: Path) -> list[str]:
     """`key=saved, not new` for every key (but a budget) where the run directory's config differs."""
     path = run_dir / "config.yaml"
     saved = read_yaml(path) if path.exists() else {}
-    return [f"{key}={saved[key]!r}, not {value!r}" for key, value in cfg.to_dict().items()
-            if key not in RESUMABLE_CHANGES and key in saved and saved[key] != value]
+    return [f"{key}={saved[key]!r}, not {_filled_in(cfg, value)!r}" for key, value in cfg.to_dict().items()
+            if key not in RESUMABLE_CHANGES and key in saved and _filled_in(cfg, saved[key]) != _filled_in(cfg, value)]
+
+
+def _filled_in(cfg: TrainConfig, value):
+    """A path template (`models/{benchmark}/base`) as this run reads it, so that the template and
+    the path it names are not a difference."""
+    if not (isinstance(value, str) and "{" in value):
+        return value
+    try:
+        return value.format(benchmark=cfg.benchmark, hardware=cfg.hardware, method=cfg.method, seed=cfg.seed)
+    except (KeyError, IndexError, ValueError):
+        return value
 
 
 def has_checkpoint(run_dir: Path) -> bool:

@@ -67,3 +67,13 @@ def test_a_stamp_matches_by_content_not_by_time_and_travels_with_its_folder(tmp_
     assert stamps.unchanged(moved / "stamps/analyze.json", [moved / "runs/a.jsonl"], {"boot": 100})
     (moved / "runs/a.jsonl").write_text("two\n")
     assert not stamps.unchanged(moved / "stamps/analyze.json", [moved / "runs/a.jsonl"], {"boot": 100})
+
+
+def test_command_line_config_values_are_typed_as_yaml_reads_them():
+    from pods.study.schema import typed_command_line
+
+    given = {"seeds": ["0", "1"], "paper_summary": "null", "train": {"max_steps": "10", "report_to": ["tensorboard"]},
+             "hub_revisions": {"Qwen/x": "abc123"}, "figures_dir": "figures/local"}
+    assert typed_command_line(given) == {"seeds": [0, 1], "paper_summary": None,
+                                         "train": {"max_steps": 10, "report_to": ["tensorboard"]},
+                                         "hub_revisions": {"Qwen/x": "abc123"}, "figures_dir": "figures/local"}

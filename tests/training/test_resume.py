@@ -157,7 +157,10 @@ def test_jsonl_reader_drops_a_torn_last_line_on_resume_refuses_it_when_finished_
 def test_two_processes_train_and_resume(base, tmp_path):
     """torchrun, 2 processes, deepspeed ZeRO-2 on CPU (gloo): generation sharded, update gathered,
     and a second start resumes from DeepSpeed's partitioned checkpoint."""
-    pytest.importorskip("deepspeed")
+    import importlib.util
+
+    if importlib.util.find_spec("deepspeed") is None:  # installed but broken: a failure, not a skip
+        pytest.skip("deepspeed is not installed (it is in the dev extra)")
     import socket
 
     script = tmp_path / "run_train.py"

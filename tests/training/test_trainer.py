@@ -200,6 +200,7 @@ def test_dynamic_sampling_in_the_loop_trains_only_informative_groups(base, tmp_p
     assert cfg.method == "dapo-max_variance-n8-m4"
     train(cfg, progress_bar=False)
     steps = read_jsonl(tmp_path / "run" / "steps.jsonl", finished=True)
+    assert len(seen) == len(steps) == 4  # the spy saw every update: the checks below are not vacuous
     for record, (rows, informative) in zip(steps, seen):
         generated_groups = record["rollouts_generated"] // 8
         assert 1 <= record["generation_rounds"] <= 3
@@ -224,3 +225,38 @@ def test_speed_options_reproduce_the_default_runs_losses(base, tmp_path):
         assert compiled["tokens_generated"] == default["tokens_generated"]
         for key in ("loss", "grad_norm", "reward_mean"):
             assert compiled[key] == pytest.approx(default[key], rel=1e-4, abs=1e-6), key
+
+
+def test_a_hardware_name_without_a_profile_is_refused_and_the_profile_comes_from_hardware_dir(base, tmp_path, capsys,
+                                                                                            monkeypatch):
+    profiles = tmp_path / "hardware"
+    profiles.mkdir()
+    (profiles / "box.yaml").write_text("train: {device: cpu}\nnote: our own profile\n")
+    assert cli.main(["train", f"base_model={base}", f"run_dir={tmp_path / 'tpu'}", "hardware=tpu-v9"]) == 2
+    err = capsys.readouterr().err
+    assert "config key 'hardware': no profile config/hardware/tpu-v9.yaml (profiles there: " in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "tpu").exists()
+    import pods.training.rundir
+
+    recorded = {}
+    real_tracker = pods.training.rundir.Tracker
+
+    def tracker(*args, metadata, **kwargs):  # the run's metadata, as the live trackers get it
+        recorded.update(metadata)
+        return real_tracker(*args, metadata=metadata, **kwargs)
+
+    monkeypatch.setattr(pods.training.rundir, "Tracker", tracker)
+    train(config(base, tmp_path / "run", "n=4", "m=2", "max_steps=1", "hardware=box", f"hardware_dir={profiles}"),
+          progress_bar=False)
+    assert recorded["hardware"] == {"train": {"device": "cpu"}, "note": "our own profile"}
+
+
+def test_a_path_template_and_the_path_it_names_are_not_a_difference(tmp_path):
+    from pods.training.config import load_train_config
+    from pods.training.rundir import saved_config_differences
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("benchmark: arith\nbase_model: models/arith/base\nlr: 0.001\n")
+    cfg = load_train_config(None, ["benchmark=arith", f"run_dir={run}", "lr=0.002"])  # base_model: models/{benchmark}/base
+    assert saved_config_differences(cfg, run) == ["lr=0.001, not 0.002"]

@@ -448,3 +448,38 @@ def test_the_smoke_study_on_the_cost_clock_agrees_with_the_measured_clock(tmp_pa
         pytest.skip(f"the machine ran other work during the runs (1-minute load up to {max(loads):.1f}); "
                     f"measured / modelled step cost {min(ratios):.2f}-{max(ratios):.2f}")
     assert all(0.5 < r < 2.0 for r in ratios), ratios
+
+
+def test_a_results_dir_inside_a_run_directory_is_refused_while_parsing(tmp_path):
+    run = tmp_path / "results/runs/arith/cpu/grpo-n16-m16/seed0"
+    finished_run(run)
+    proc = snakemake("-n", "reproduce", "--config", f"results_dir={run}", tmp=tmp_path, check=False)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Job stats" not in text
+    assert f"results_dir: {run} is inside the run directory {run}; give the study a folder of its own" in text
+    assert sorted(p.name for p in run.iterdir()) == ["evals.jsonl", "steps.jsonl", "summary.json"]  # nothing planted
+
+
+@pytest.mark.slow
+def test_command_line_lists_are_read_as_yaml_reads_them(tmp_path):
+    """Snakemake reads `--config seeds=[0,1]` as ['0', '1']: accepted as seeds 0 and 1, and a
+    negative seed gets the schema's own message, not a type error."""
+    counts = job_counts(snakemake("-n", "reproduce", "--config", "seeds=[0,1]", tmp=tmp_path).stdout)
+    assert counts["train"] == 2 * len(expected_runs({**study_config(), "seeds": [0]}))
+    proc = snakemake("-n", "reproduce", "--config", "seeds=[-1]", tmp=tmp_path, check=False)
+    assert proc.returncode != 0 and "config: seeds.0: -1 is less than the minimum of 0" in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_a_broken_line_in_a_finished_run_stops_the_analysis_before_any_job(tmp_path):
+    import shutil
+
+    for folder in ("results", "figures"):
+        shutil.copytree(REPO / folder, tmp_path / folder, ignore=shutil.ignore_patterns("logs", "checkpoint", "local"))
+    evals = tmp_path / "results/runs/arith/cpu/grpo-n16-m16/seed1/evals.jsonl"
+    lines = evals.read_text().splitlines(keepends=True)
+    evals.write_text("".join([lines[0], '{"step": 33, "broken\n', *lines[2:]]))
+    proc = snakemake("-n", "reproduce", tmp=tmp_path, check=False)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Job stats" not in text
+    assert f"RunFileError: {evals}:2: not valid JSON" in text
