@@ -265,7 +265,7 @@ def read_jsonl_numbered(path: str | os.PathLike, *, finished: bool) -> list[tupl
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise RunFileError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+            raise RunFileError(f"{path}:{lineno}: not valid JSON ({exc.msg}: column {exc.colno})") from None
         if not isinstance(record, dict):
             raise RunFileError(f"{path}:{lineno}: expected a JSON object")
         records.append((lineno, record))

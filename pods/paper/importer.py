@@ -33,7 +33,7 @@ def _read_json(path: Path):
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None  # "...: line L column C (char N)"
 
 
 def _mean_of(values, where: str) -> float:

@@ -44,11 +44,13 @@ SEED_COUNT_COLUMNS = ("seeds_for_power", "seeds_for_power_upper")
 
 
 def to_markdown(df: pd.DataFrame, columns: Sequence[str] | None = None) -> str:
-    """A GitHub table; on a time-to-target row an empty time or speedup reads "not reached"."""
+    """A GitHub table; on a time-to-target row an empty time or speedup reads "not reached" (on a
+    row whose status says its data is missing, it stays empty: nothing was measured)."""
     columns = [c for c in (columns or df.columns) if c in df.columns]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for rec in df[columns].to_dict("records"):
-        timed = rec.get("target_rule", "paper") in stats.TIME_RULES
+        timed = (rec.get("target_rule", "paper") in stats.TIME_RULES
+                 and not str(rec.get("status") or "").startswith("missing"))
         cells = []
         for col in columns:
             val = rec[col]

@@ -404,3 +404,14 @@ def test_the_cost_clock_reads_curves_at_step_times_measured_cost_and_carries_its
     assert noisy["estimate"] == pytest.approx(clean["estimate"])
     assert noisy["ci_high"] / noisy["ci_low"] > clean["ci_high"] / clean["ci_low"]
     assert analysis.step_cost_log_se(comp, load_runs(tmp_path).summaries) == pytest.approx(0.1 * math.sqrt(2))
+
+
+def test_a_missing_setting_reads_missing_not_not_reached():
+    import pandas as pd
+
+    from pods.study.tables import to_markdown
+
+    table = to_markdown(pd.DataFrame([
+        {"setting": "a", "target_rule": "paper", "speedup": None, "status": "missing: a.json"},
+        {"setting": "b", "target_rule": "paper", "speedup": None, "status": "not reached"}]))
+    assert "| a | paper |  | missing: a.json |" in table and "| b | paper | not reached | not reached |" in table

@@ -258,10 +258,11 @@ def test_the_committed_runs_are_what_the_study_resolves_now(layer):
     study gives it: a change to a defaults file, profile or study that would train them otherwise
     fails here, and the runs must be regenerated."""
     # keys added after these runs were trained whose defaults leave training as it was: where a run
-    # reports, DAPO's dynamic sampling (off unless the method is `dapo-...`), the compiled update (off)
-    # and the cost clock (off without a step-cost file)
+    # reports, DAPO's dynamic sampling (off unless the method is `dapo-...`), the compiled update (off),
+    # the cost clock (off without a step-cost file) and where the hardware profiles are read (the name
+    # is checked and the profile recorded; nothing trains otherwise)
     added = {"report_to", "dynamic_sampling", "max_generation_rounds", "compile_update", "step_cost_file",
-             "step_cost_s", "step_cost_se"}
+             "step_cost_s", "step_cost_se", "hardware_dir"}
     fields = TrainConfig.__dataclass_fields__
     s = study(*([layer] if layer else []))
     for run in s.runs:
