@@ -17,8 +17,15 @@ from collections.abc import Mapping, Sequence
 PAPER_CLAIM = 1.7  # "at least 1.7x faster" to vanilla GRPO's peak (docs/paper.md 1)
 # what each question's estimate is, as the bottom line words it (docs/verdict.md declares both)
 QUESTION_WORDS = {
-    "a": "wall-clock speedup over 10-90% of the baseline's gain (gain profile)",
-    "b": "mean accuracy within the budget, method - baseline",
+    "a": "speedup, baseline's time over the method's",
+    "b": "accuracy within the budget, method - baseline",
+}
+# the primary endpoint a summary names (its `endpoint` column), as the bottom line words it; an
+# endpoint not listed here is named by the question's words and its own name
+ENDPOINT_WORDS = {
+    "gain_profile": "wall-clock speedup over 10-90% of the baseline's gain (gain profile)",
+    "isotonic_0.99": "speedup to 99% of the baseline's peak (isotonic fits)",
+    "mean_accuracy": "mean accuracy within the budget, method - baseline",
 }
 # the columns that tell comparisons apart; a line names those that differ between the rows shown
 KEY_COLUMNS = ("name", "benchmark", "hardware", "design")
@@ -90,7 +97,9 @@ def bottom_line(rows: Sequence[Mapping], *, tables: Sequence[str] = (), runs_tot
     lines.append(f"  decided: {len(decided)} of {len(primary)} primary endpoints after the adjustment ({per_question})")
     for q in questions:
         shown = [r for r in primary if r["question"] == q]
-        words = QUESTION_WORDS.get(q, f"question {q}")
+        endpoints = sorted({str(r.get("endpoint") or "") for r in shown} - {""})
+        words = "; ".join(ENDPOINT_WORDS.get(e, f"{QUESTION_WORDS.get(q, f'question {q}')} ({e})") for e in endpoints) \
+            or QUESTION_WORDS.get(q, f"question {q}")
         if q == "a":  # the paper's claim: PODS against vanilla GRPO on the training clock
             claimed = [r for r in shown if (r.get("axis") or "time") == "time"
                        and str(r.get("baseline", "grpo")).startswith("grpo") and str(r.get("method", "pods")).startswith("pods")]

@@ -77,3 +77,11 @@ def test_command_line_config_values_are_typed_as_yaml_reads_them():
     assert typed_command_line(given) == {"seeds": [0, 1], "paper_summary": None,
                                          "train": {"max_steps": 10, "report_to": ["tensorboard"]},
                                          "hub_revisions": {"Qwen/x": "abc123"}, "figures_dir": "figures/local"}
+
+
+def test_the_bottom_line_names_the_primary_endpoint_the_summary_holds():
+    rows = [{"question": "a", "role": "primary", "endpoint": "gain_profile", "estimate": "1.4", "verdict": "undecided"},
+            {"question": "b", "role": "primary", "endpoint": "new_rule", "estimate": "0.1", "verdict": "higher"}]
+    text = "\n".join(bottom_line(rows))
+    assert "(a) wall-clock speedup over 10-90% of the baseline's gain (gain profile);" in text
+    assert "(b) accuracy within the budget, method - baseline (new_rule):" in text
