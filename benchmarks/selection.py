@@ -66,8 +66,10 @@ def main() -> None:
     torch.set_num_threads(1)
     generator = torch.Generator().manual_seed(0)
 
-    print(f"G = {args.groups} groups, continuous rewards (correctness + format-like terms), one thread, best of {args.repeats}")
-    header = f"{'n':>4} {'m':>4} | {'ours ms':>9} | {'authors ms':>11} {'speedup':>8} | {'brute ms':>10} | same variance"
+    print(f"G = {args.groups} groups, continuous rewards (correctness + format-like terms), one thread, best of "
+          f"{args.repeats}")
+    header = (f"{'n':>4} {'m':>4} | {'ours ms':>9} | {'authors ms':>11} {'speedup':>8} | {'brute ms':>10} "
+              "| same variance")
     print(header)
     print("-" * len(header))
     for n, m in [(16, 4), (64, 16), (256, 64)]:

@@ -19,7 +19,8 @@ from pods.integrations.trl import PODSGRPOConfig, PODSGRPOTrainer  # noqa: E402
 from pods.training.models import build_char_tokenizer, build_tiny_policy  # noqa: E402
 
 tokenizer = build_char_tokenizer()
-model = build_tiny_policy(tokenizer, n_layer=2, d_model=64)  # or AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B-Instruct")
+# or AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B-Instruct")
+model = build_tiny_policy(tokenizer, n_layer=2, d_model=64)
 
 pairs = [(a, b) for a in range(10) for b in range(10)]
 dataset = Dataset.from_dict({"prompt": [f"{a}+{b}=" for a, b in pairs], "answer": [str(a + b) for a, b in pairs]})

@@ -85,7 +85,8 @@ def _checked(rewards: torch.Tensor, kept: torch.Tensor, normalize_over: str) -> 
     if kept.dtype == torch.bool or kept.is_floating_point() or kept.is_complex():
         raise ValueError(f"kept must hold integer indices into each group's n = {n} rollouts, got dtype {kept.dtype}")
     if kept.dim() != 2 or kept.shape[0] != G or not 1 <= kept.shape[1] <= n:
-        raise ValueError(f"kept must have shape [groups, m] = [{G}, m] with 1 <= m <= {n} (rewards {tuple(rewards.shape)}), "
+        raise ValueError(f"kept must have shape [groups, m] = [{G}, m] with 1 <= m <= {n} (rewards "
+                         f"{tuple(rewards.shape)}), "
                          f"got {tuple(kept.shape)}")
     if normalize_over == "kept" and kept.shape[1] < 2:
         raise ValueError(f"normalize_over='kept' needs m >= 2 kept rollouts per group (the std of one reward is "

@@ -312,7 +312,8 @@ def check_evals(records: Sequence[tuple[int, dict]], where: str, *, base: bool =
         for key in ("step", "train_time_s", "eval_set", "accuracy", "mean_length"):
             if key not in rec:
                 raise RunFileError(f"{at}: lacks {key!r}")
-        step, t, eval_set, acc, length = (rec[k] for k in ("step", "train_time_s", "eval_set", "accuracy", "mean_length"))
+        step, t, eval_set, acc, length = (rec[k] for k in ("step", "train_time_s", "eval_set", "accuracy",
+                                                           "mean_length"))
         if not (isinstance(step, int) and not isinstance(step, bool) and step >= 0):
             raise RunFileError(f"{at}: step must be an integer >= 0, got {step!r}")
         if not (_finite(t) and t >= 0):
@@ -443,7 +444,8 @@ def check_summary(summary: Mapping, evals: Sequence[Mapping], steps: Sequence[Ma
     if steps:
         last = steps[-1]
         if summary.get("steps") != last["step"]:
-            raise RunFileError(f"{where}: steps is {summary.get('steps')!r} but steps.jsonl ends at step {last['step']}")
+            raise RunFileError(f"{where}: steps is {summary.get('steps')!r} but steps.jsonl ends at step "
+                               f"{last['step']}")
         if not (_finite(summary.get("train_time_s")) and summary["train_time_s"] >= last["train_time_s"]):
             raise RunFileError(f"{where}: train_time_s {summary.get('train_time_s')!r} is before the last "
                                f"step's {last['train_time_s']}")

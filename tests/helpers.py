@@ -28,7 +28,8 @@ class FirstDigit(Task):
     name = "first_digit"
 
     def __init__(self, train_size: int = 64, test_size: int = 64):
-        words = ["".join(chr(97 + (i * 7 + j * 3) % 26) for j in range(3 + i % 4)) + "?" for i in range(train_size + test_size)]
+        words = ["".join(chr(97 + (i * 7 + j * 3) % 26) for j in range(3 + i % 4)) + "?"
+                 for i in range(train_size + test_size)]
         self._train = [Problem(w, "digit") for w in words[:train_size]]
         self._test = [Problem(w, "digit") for w in words[train_size:]]
 

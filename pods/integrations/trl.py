@@ -165,7 +165,8 @@ class PODSGRPOConfig(GRPOConfig):
         # TRL splits the kept generation batch into steps_per_generation equal micro-steps.
         if (self.per_device_train_batch_size * m) % n:
             raise ValueError(
-                f"per_device_train_batch_size * num_kept_generations / num_generations ({self.per_device_train_batch_size}"
+                f"per_device_train_batch_size * num_kept_generations / num_generations "
+                f"({self.per_device_train_batch_size}"
                 f" * {m} / {n}) must be a whole number: it is the completions each micro-step trains on"
             )
         if self.normalize_advantages_over == "all":
@@ -194,7 +195,8 @@ class PODSGRPOTrainer(GRPOTrainer):
         for name in ("tools", "environment_factory", "rollout_func"):
             if bound.get(name) is not None and config.num_kept_generations is not None:
                 raise ValueError(f"PODSGRPOTrainer does not support `{name}` with down-sampling: its per-completion "
-                                 "state is set up inside GRPOTrainer before generation, where completions cannot be dropped")
+                                 "state is set up inside GRPOTrainer before generation, where completions cannot be "
+                                 "dropped")
         columns = getattr(bound.get("train_dataset"), "column_names", None) or []
         if config.num_kept_generations is not None and {"image", "images"} & set(columns):
             raise ValueError("PODSGRPOTrainer supports text prompts only; the training dataset has image columns")
@@ -222,7 +224,8 @@ class PODSGRPOTrainer(GRPOTrainer):
             raise ValueError("PODSGRPOTrainer supports text prompts only; this batch has images")
 
         prompts = [x["prompt"] for x in inputs]
-        prompt_ids, completion_ids, tool_mask, completions, logprobs, extra, images, tool_images = self._generate(prompts)
+        generated = self._generate(prompts)
+        prompt_ids, completion_ids, tool_mask, completions, logprobs, extra, images, tool_images = generated
         if tool_mask is not None or extra or images is not None:
             raise RuntimeError(_DRIFT + "_generate returned tool, rollout or image fields for a text-only batch")
         rewards_per_func = self._calculate_rewards(inputs, prompts, completions, completion_ids)

@@ -17,7 +17,9 @@ LAUNCHERS: Registry[Callable[["HardwareProfile"], str]] = Registry("launcher", {
         f"accelerate launch --num_processes {p.num_processes * p.nodes} --num_machines {p.nodes} "
         f"{p.launcher_args} -m pods.cli"
     ),
-    "torchrun": lambda p: f"torchrun --nnodes {p.nodes} --nproc_per_node {p.num_processes} {p.launcher_args} -m pods.cli",
+    "torchrun": lambda p: (
+        f"torchrun --nnodes {p.nodes} --nproc_per_node {p.num_processes} {p.launcher_args} -m pods.cli"
+    ),
     "deepspeed": lambda p: (
         f"deepspeed --num_nodes {p.nodes} --num_gpus {p.num_processes} {p.launcher_args} --module pods.cli"
     ),

@@ -103,7 +103,8 @@ class Study:
     def warmstart_command(self, label: str) -> str:
         warmstart = self.config["warmstart"]
         config_args = ["--config", warmstart["config"]] if warmstart.get("config") else []
-        return shlex.join(["pods", "warmstart", *config_args, *format_overrides(self.configs.warmstart_overrides(label))])
+        return shlex.join(["pods", "warmstart", *config_args,
+                           *format_overrides(self.configs.warmstart_overrides(label))])
 
     def hub_fetches(self) -> list[tuple[str, str]]:
         """(repo type, hub id) of everything the study's runs read from the hub, once each."""

@@ -397,7 +397,8 @@ def _log_axes(ax) -> None:
 
 def _speedup_lines(ax, x_range: tuple[float, float], slope_of_speedup: bool) -> None:
     xs = np.geomspace(*x_range, 50)
-    for speedup, style, label in ((1.0, "-", "break-even (speedup 1)"), (PAPER_CLAIM, "--", "the paper's claim (1.7x)")):
+    for speedup, style, label in ((1.0, "-", "break-even (speedup 1)"),
+                                  (PAPER_CLAIM, "--", "the paper's claim (1.7x)")):
         ys = speedup * xs if slope_of_speedup else np.full_like(xs, speedup)
         ax.plot(xs, ys, color="#555555", linestyle=style, linewidth=1, label=label)
 
@@ -416,7 +417,8 @@ def decomposition_figure(table: pd.DataFrame, stem: str | os.PathLike, rule: str
                         color=soften(DESIGN_COLORS.get(design, "#777777")), capsize=3, markersize=8,
                         label=f"{'our runs' if source == 'ours' else 'the paper'}, {design}")
             for rec in part.to_dict("records"):
-                ax.annotate(rec["setting"], (rec["step_cost_ratio"], rec["step_efficiency"]), textcoords="offset points",
+                ax.annotate(rec["setting"], (rec["step_cost_ratio"], rec["step_efficiency"]),
+                            textcoords="offset points",
                             xytext=(6, 4), fontsize=9)
         _log_axes(ax)
         lo = min(rows["step_cost_ratio_ci_low"].min(), rows["step_efficiency_ci_low"].min()) * 0.8
@@ -511,7 +513,8 @@ def projection_figure(decomposition: pd.DataFrame, projection: pd.DataFrame, ste
         fig, ax = plt.subplots(figsize=(10, 9), constrained_layout=True)
         for (source, design), part in measured.groupby(["source", "design"], sort=False):
             ax.errorbar(part["step_cost_ratio"], part["speedup"], yerr=np.vstack([
-                np.clip(part["speedup"] - part["ci_low"], 0, None), np.clip(part["ci_high"] - part["speedup"], 0, None)]),
+                np.clip(part["speedup"] - part["ci_low"], 0, None),
+                np.clip(part["ci_high"] - part["speedup"], 0, None)]),
                 fmt="o" if source == "ours" else "s", color=soften(DESIGN_COLORS.get(design, "#777777")), capsize=3,
                 markersize=8, label=f"measured: {'our runs' if source == 'ours' else 'the paper'}, {design}")
             for rec in part.to_dict("records"):

@@ -43,7 +43,8 @@ def verdict_views(runs, study_path, out_dir, figures_dir, studies: int = 200, bo
         seen.add(label)
         grid, base, meth, _, _ = comparison_arms(comp, tables.evals)
         keys = {k: comp[k] for k in ("benchmark", "hardware", "design", "baseline", "method")}
-        profile_rows += [{"comparison": label, **keys, **r} for r in verdict.speedup_profile(grid, base, meth, seed=seed)]
+        profile_rows += [{"comparison": label, **keys, **r} for r in verdict.speedup_profile(grid, base, meth,
+                                                                                             seed=seed)]
         target = comp.get("target_accuracy")
         if target is None:
             target = stats.isotonic_rule(grid, base.curves.mean(axis=0)[None, :], meth.curves.mean(axis=0)[None, :],
@@ -66,7 +67,8 @@ def verdict_views(runs, study_path, out_dir, figures_dir, studies: int = 200, bo
         atomic_write_text(recorded, f"## Calibration of every endpoint ({studies} simulated studies per cell, {boot} "
                                     f"resamples; docs/verdict.md)\n\n{stamp}\n\n" + calibration.calibration_markdown(table))
     written = [out_dir / "speedup_profile.csv", out_dir / "calibration.csv", out_dir / "calibration.md"]
-    written += plots.speedup_profile_figure(profile, figures_dir / "speedup_profile", labels=[c["label"] for c in comps])
+    written += plots.speedup_profile_figure(profile, figures_dir / "speedup_profile",
+                                            labels=[c["label"] for c in comps])
     written += plots.time_to_target_figure(km, figures_dir / "time_to_target")
     return written
 
@@ -133,7 +135,8 @@ def comparisons_from_runs(runs, study_path, align: str | None = None) -> list[di
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     seeds = [int(s) for s in str(args.seeds).split(",")]
     comps = comparisons_from_runs(args.runs, args.study)
-    table = calibration.calibrate(comps, seeds=seeds, studies=args.studies, boot=args.boot, seed=args.seed, tails=args.tails)
+    table = calibration.calibrate(comps, seeds=seeds, studies=args.studies, boot=args.boot, seed=args.seed,
+                                  tails=args.tails)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, table.to_csv(index=False))

@@ -89,13 +89,15 @@ class TrainConfig:
                           "on their own; null: n (one group). The authors' 8-GPU runs sample 512 per prompt: "
                           "GRPO-GA 16 groups of 32, PODS 4 groups of 128 (docs/paper.md 2.2)."},
     )
-    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of training rollouts (paper: 0.9)."})
+    temperature: float = field(default=1.0,
+                               metadata={"help": "Sampling temperature of training rollouts (paper: 0.9)."})
     max_new_tokens: int = field(default=32, metadata={"help": "Completion length cap in tokens (paper: 512)."})
 
     # ---- update
     micro_batch: int = field(
         default=128,
-        metadata={"help": "Rollouts per forward/backward pass; a step runs ceil(rollouts_trained/micro_batch) of them."},
+        metadata={"help": "Rollouts per forward/backward pass; a step runs ceil(rollouts_trained/micro_batch) of "
+                          "them."},
     )
     lr: float = field(default=1e-4, metadata={"help": "AdamW learning rate (paper, LoRA on 3B: 5e-6)."})
     lr_warmup_steps: int = field(
@@ -117,7 +119,8 @@ class TrainConfig:
             "(a constant extra cost on both arms, docs/paper.md section 4.7)."
         },
     )
-    eps_low: float = field(default=0.2, metadata={"help": "Lower clip range of the ratio (inactive at one step per batch)."})
+    eps_low: float = field(default=0.2,
+                           metadata={"help": "Lower clip range of the ratio (inactive at one step per batch)."})
     eps_high: float = field(default=0.2, metadata={"help": "Upper clip range of the ratio."})
     loss_agg: str = field(
         default="grpo",
@@ -151,7 +154,8 @@ class TrainConfig:
     )
     eval_every_steps: int | None = field(
         default=None,
-        metadata={"help": "Evaluate every this many steps (reproducible across resume, unlike a time schedule); null: off."},
+        metadata={"help": "Evaluate every this many steps (reproducible across resume, unlike a time schedule); null: "
+                          "off."},
     )
     eval_items: int | None = field(
         default=None, metadata={"help": "Evaluate on the first this many test items; null: the whole test set."}
@@ -163,7 +167,8 @@ class TrainConfig:
     eval_temperature: float = field(default=0.9, metadata={"help": "Sampling temperature of sampled evaluation."})
     eval_batch: int = field(default=256, metadata={"help": "Test prompts per generation batch at evaluation."})
     checkpoint_every_s: float = field(
-        default=60.0, metadata={"help": "Save a resumable checkpoint every this many seconds of training time; 0: every step."}
+        default=60.0,
+        metadata={"help": "Save a resumable checkpoint every this many seconds of training time; 0: every step."}
     )
 
     # ---- DAPO's dynamic sampling (the method name's `dapo-` prefix sets it)
@@ -188,8 +193,10 @@ class TrainConfig:
     )
 
     # ---- engines and numerics
-    rollout_engine: str = field(default="hf", metadata={"help": "Rollout engine in `pods.training.engines.ROLLOUT_ENGINES`."})
-    update_engine: str = field(default="torch", metadata={"help": "Update engine in `pods.training.engines.UPDATE_ENGINES`."})
+    rollout_engine: str = field(default="hf",
+                                metadata={"help": "Rollout engine in `pods.training.engines.ROLLOUT_ENGINES`."})
+    update_engine: str = field(default="torch",
+                               metadata={"help": "Update engine in `pods.training.engines.UPDATE_ENGINES`."})
     precision: str = field(default="fp32", metadata={"help": "fp32, or bf16/fp16 autocast for the update."})
     num_threads: int = field(
         default=1, metadata={"help": "torch CPU threads (1 keeps parallel runs on a shared CPU from interfering)."}
@@ -211,14 +218,16 @@ class TrainConfig:
 
     # ---- engine options: read by the engine named in the comment (its options class validates them)
     lora_rank: int = field(default=64, metadata={"help": "lora: LoRA rank r (paper: 64)."})
-    lora_alpha: int = field(default=64, metadata={"help": "lora: LoRA alpha; the update is scaled by alpha / r (paper: 64)."})
+    lora_alpha: int = field(default=64,
+                            metadata={"help": "lora: LoRA alpha; the update is scaled by alpha / r (paper: 64)."})
     lora_dropout: float = field(default=0.0, metadata={"help": "lora: dropout on the adapter input (paper: 0)."})
     lora_target_modules: str = field(
         default="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
         metadata={"help": "lora: comma-separated module names that get an adapter, or `all-linear`."},
     )
     load_in_4bit: bool = field(
-        default=False, metadata={"help": "lora: reload the base in 4-bit NF4 (bitsandbytes, CUDA or CPU) under the adapter."}
+        default=False,
+        metadata={"help": "lora: reload the base in 4-bit NF4 (bitsandbytes, CUDA or CPU) under the adapter."}
     )
     deepspeed_zero_stage: int = field(default=2, metadata={"help": "deepspeed: ZeRO stage 0-3 (paper: 2)."})
     deepspeed_offload_optimizer: bool = field(
@@ -239,7 +248,8 @@ class TrainConfig:
     vllm_enforce_eager: bool = field(
         default=False, metadata={"help": "vllm: skip CUDA-graph capture (slower decoding, faster start)."}
     )
-    vllm_dtype: str = field(default="auto", metadata={"help": "vllm: weight dtype of vLLM's copy (auto: the checkpoint's)."})
+    vllm_dtype: str = field(default="auto",
+                            metadata={"help": "vllm: weight dtype of vLLM's copy (auto: the checkpoint's)."})
 
     # ---- derived values
     @property
@@ -289,8 +299,8 @@ class TrainConfig:
         """Check every field against the others and the registries that name its values; returns self.
 
         Reads the configuration only: it changes nothing (`resolve_train_config` then resolves `rule`
-        to `identity` when m == n) and imports no engine (the engines' own option checks are `pods.training.engines`'). The
-        first problem raises `ConfigError`, whose `key` names the field.
+        to `identity` when m == n) and imports no engine (the engines' own option checks are
+        `pods.training.engines`'). The first problem raises `ConfigError`, whose `key` names the field.
         """
         from pods.grpo import LOSS_AGGREGATIONS
         from pods.selection import SELECTION_RULES
@@ -308,7 +318,8 @@ class TrainConfig:
         try:  # the options must fit the task's factory; checked now, the task is built later
             inspect.signature(TASKS[self.benchmark]).bind_partial(**self.task_options)
         except TypeError as exc:
-            raise ConfigError("task_options", f"config key 'task_options': {exc} (benchmark {self.benchmark!r})") from None
+            raise ConfigError("task_options",
+                              f"config key 'task_options': {exc} (benchmark {self.benchmark!r})") from None
         need(self.n >= 1, "n", "must be >= 1")
         need(1 <= self.m <= self.n, "m", f"must satisfy 1 <= m <= n (n = {self.n})")
         choice("rule", SELECTION_RULES)

@@ -24,7 +24,8 @@ from pathlib import Path
 REPO_TYPES = ("model", "dataset")
 ORIGIN = "hub.json"  # in a fetched folder
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-_CACHE_SNAPSHOT = re.compile(r"(?:models|datasets)--(?P<owner>[^/]+?)--(?P<name>[^/]+)/snapshots/(?P<commit>[0-9a-f]{40})/?$")
+_CACHE_SNAPSHOT = re.compile(
+    r"(?:models|datasets)--(?P<owner>[^/]+?)--(?P<name>[^/]+)/snapshots/(?P<commit>[0-9a-f]{40})/?$")
 
 
 def is_hub_id(value: str | os.PathLike | None) -> bool:

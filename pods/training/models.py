@@ -127,7 +127,8 @@ def initialise(model: PreTrainedModel, seed: int, n_layer: int, std: float = 0.0
             elif "ln" in name.split(".")[-2] or "norm" in name:
                 param.fill_(1.0)
             else:
-                scale = std / math.sqrt(2 * n_layer) if name.endswith(("c_proj.weight", "o_proj.weight", "down_proj.weight")) else std
+                residual = name.endswith(("c_proj.weight", "o_proj.weight", "down_proj.weight"))
+                scale = std / math.sqrt(2 * n_layer) if residual else std
                 values = torch.randn(param.shape, generator=generator, dtype=torch.float64) * scale
                 param.copy_(values.to(param.dtype))
 

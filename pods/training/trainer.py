@@ -63,7 +63,8 @@ def train_step(cfg: TrainConfig, parts: Parts, step: int, clock: TrainClock, tim
     with timer("select"):
         kept = select(rewards, cfg.m, cfg.rule)
         batch = UpdateBatch.from_rollouts(rollouts, kept_rows(kept, cfg.n), parts.tokenizer.pad_token_id)
-        advantages = kept_advantages(rewards, kept, normalize_over=cfg.normalize_over, scale=cfg.scale_rewards).flatten()
+        advantages = kept_advantages(rewards, kept, normalize_over=cfg.normalize_over,
+                                     scale=cfg.scale_rewards).flatten()
         if parts.size > 1:  # the whole step's kept rollouts on every process; the engine splits the update
             batch, advantages = gather_batch(batch, advantages, parts.tokenizer.pad_token_id)
     # 3. One gradient step per generated batch: the sampling policy is the current one, so the
@@ -116,7 +117,8 @@ class Generated:
         generated, tokens, reward_sum, flat, groups, trained_groups, kept_flat = all_sum([
             self.rollouts, self.tokens, self.reward_sum, self.flat, self.groups, trained,
             zero_variance_frac(kept_rewards) * trained])
-        dynamic = {} if rounds is None else {"generation_rounds": rounds, "groups_dropped": int(groups - trained_groups)}
+        dynamic = {} if rounds is None else {"generation_rounds": rounds,
+                                             "groups_dropped": int(groups - trained_groups)}
         return dict(rollouts_generated=int(generated), rollouts_trained=len(batch), tokens_generated=int(tokens),
                     tokens_trained=batch.num_tokens, reward_mean=reward_sum / generated,
                     zero_variance_frac=flat / groups,  # share of the generated groups with no learning signal
@@ -143,7 +145,8 @@ def generate_and_score(cfg: TrainConfig, parts: Parts, k: int, timer: PhaseTimer
 
 
 # --- the loop ------------------------------------------------------------------------------------
-def train(cfg: TrainConfig, *, progress_bar: bool = True, restart: bool = False, log_every_s: float | None = 30.0) -> dict:
+def train(cfg: TrainConfig, *, progress_bar: bool = True, restart: bool = False,
+          log_every_s: float | None = 30.0) -> dict:
     """Run (or resume) one training run; returns its summary (on process 0).
 
     Process 0 holds the run directory's lock from before the model is loaded to the end. A finished
@@ -382,7 +385,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, default=None, help="YAML file of config keys")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     parser.add_argument("--restart", action="store_true",
-                        help="discard what an earlier attempt left in run_dir (logs, summary, checkpoint) and start at step 0")
+                        help="discard what an earlier attempt left in run_dir (logs, summary, checkpoint) and start at "
+                             "step 0")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--log-every", type=float, default=30.0, metavar="SECONDS",
                         help="without a progress bar (a log file, a batch job): a progress line this often")

@@ -111,7 +111,8 @@ def warmstart(cfg: WarmStartConfig, *, progress: bool = True) -> dict:
     torch.manual_seed(cfg.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     # transformers' "cosine" warms up too; "constant" alone would ignore the warmup
-    schedule = get_scheduler({"constant": "constant_with_warmup", "cosine": "cosine"}[cfg.lr_schedule], optimizer, num_warmup_steps=cfg.warmup_steps,
+    schedule = get_scheduler({"constant": "constant_with_warmup", "cosine": "cosine"}[cfg.lr_schedule], optimizer,
+                             num_warmup_steps=cfg.warmup_steps,
                              num_training_steps=cfg.steps)
     print(f"warm start {cfg.benchmark}: {n_params(model) / 1e6:.2f}M-parameter {cfg.arch}, "
           f"{cfg.steps} steps x {cfg.batch_size} worked examples ({cfg.error_rate:.0%} with an error), "
@@ -121,7 +122,8 @@ def warmstart(cfg: WarmStartConfig, *, progress: bool = True) -> dict:
     model.train()
     bar = tqdm(range(cfg.steps), desc="warmstart", disable=not progress, mininterval=2.0)
     for step in bar:
-        input_ids, attention_mask, labels = make_batch(task, rng.sample(train, cfg.batch_size), tokenizer, rng, cfg.error_rate)
+        input_ids, attention_mask, labels = make_batch(task, rng.sample(train, cfg.batch_size), tokenizer, rng,
+                                                       cfg.error_rate)
         loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)

@@ -55,7 +55,8 @@ def test_kept_advantages_take_the_usual_rewards_and_refuse_bad_input_naming_the_
         kept_advantages(two, np.array([[0, 1], [2, 2]]))
     with pytest.raises(ValueError, match=r"kept indices of group 0 must lie in \[0, 3\), got \[0, 3\]"):
         kept_advantages(two, np.array([[0, 3], [0, 1]]))
-    with pytest.raises(ValueError, match=r"kept must have shape \[groups, m\] = \[2, m\] .*rewards \(2, 3\)\), got \(1, 2\)"):
+    with pytest.raises(ValueError,
+                       match=r"kept must have shape \[groups, m\] = \[2, m\] .*rewards \(2, 3\)\), got \(1, 2\)"):
         kept_advantages(two, np.array([[0, 1]]))
     with pytest.raises(ValueError, match=r"rewards must have shape \[groups, n\] with n >= 2, got \(4,\)"):
         kept_advantages(np.zeros(4), np.array([[0, 1]]))
@@ -114,7 +115,8 @@ def test_micro_batches_sum_to_the_full_batch(aggregation):
     adv = torch.randn(6, generator=g)
     full, _ = policy_loss(logp, logp - 0.1, adv, mask, loss_agg=aggregation)
     totals = dict(total_sequences=6, total_tokens=int(mask.sum()), max_len=5)
-    parts = [policy_loss(logp[i : i + 2], logp[i : i + 2] - 0.1, adv[i : i + 2], mask[i : i + 2], loss_agg=aggregation, **totals)[0] for i in (0, 2, 4)]
+    parts = [policy_loss(logp[i : i + 2], logp[i : i + 2] - 0.1, adv[i : i + 2], mask[i : i + 2],
+                         loss_agg=aggregation, **totals)[0] for i in (0, 2, 4)]
     assert torch.allclose(sum(parts), full)
 
 

@@ -116,7 +116,8 @@ def test_identity_and_types():
         (np.zeros((2, 2, 2)), 1, "max_variance", "shape"),
         (np.array([[0.0, 1.0], [np.nan, 1.0]]), 1, "max_variance", "group 1"),
         (np.array([[0.0, np.inf]]), 1, "max_reward", "group 0"),
-        (np.zeros((2, 4)), 2, "entropy", "unknown selection rule .entropy.; choose from identity, max_abs_advantage, max_reward, max_variance, random"),
+        (np.zeros((2, 4)), 2, "entropy",
+         "unknown selection rule .entropy.; choose from identity, max_abs_advantage, max_reward, max_variance, random"),
     ],
 )
 def test_bad_input_names_the_problem(rewards, m, rule, message):

@@ -319,7 +319,8 @@ def _syntax(fn) -> ast.AST:
 
 def _calls(fn, name: str) -> list[int]:
     """Lines of `fn` that call `name` (e.g. "self._generate")."""
-    return [node.lineno for node in ast.walk(_syntax(fn)) if isinstance(node, ast.Call) and ast.unparse(node.func) == name]
+    return [node.lineno for node in ast.walk(_syntax(fn))
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == name]
 
 
 def test_trl_internals_relied_on_are_unchanged():

@@ -51,7 +51,8 @@ def run_without(blocked: set[str], code: str, tmp_path: Path) -> subprocess.Comp
     for entry in site.iterdir():
         module = entry.name.split(".")[0]
         metadata = entry.name.rpartition("-")[0].lower().replace("-", "_") if entry.suffix == ".dist-info" else None
-        if module in blocked or metadata in blocked_metadata or entry.suffix == ".pth" or module.startswith("__editable__"):
+        if (module in blocked or metadata in blocked_metadata or entry.suffix == ".pth"
+                or module.startswith("__editable__")):
             continue
         (view / entry.name).symlink_to(entry)
     env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{view}", PYTHONNOUSERSITE="1")

@@ -64,7 +64,8 @@ def test_the_graph_sees_lazy_imports_and_the_checks_find_what_they_look_for(tmp_
     assert graph["toy.b"] == {"toy.sub", "toy.sub.c"} and graph["toy.sub"] == {"toy.sub.c"}
     assert graph["toy.d"] == {"toy.sub", "toy.sub.c"}  # its own package `toy` is running already
     assert cycles(graph) == [["toy.a", "toy.b", "toy.sub", "toy.sub.c"]]
-    placed = rooms("## Training\nEngines:\n- `toy.a`: x\n## Study\n- `toy.b`: y\n## Shared by every side\n- `toy.sub`: z\n")
+    placed = rooms("## Training\nEngines:\n- `toy.a`: x\n## Study\n- `toy.b`: y\n"
+                   "## Shared by every side\n- `toy.sub`: z\n")
     assert room_of("toy.sub.c", placed) == "shared"
     assert violations(graph, placed, package="toy") == [
         "toy.a (training engine) imports toy.b (study)",

@@ -69,7 +69,8 @@ def test_no_test_module_imports_another():
 
 def test_every_test_module_sits_in_a_room_folder():
     loose = [p.name for p in TESTS.glob("test_*.py")]
-    unknown = [p.parent.name for p in TESTS.glob("*/test_*.py") if p.parent.name not in (*FOLDER_ROOMS, *CROSSING_FOLDERS)]
+    unknown = [p.parent.name for p in TESTS.glob("*/test_*.py")
+               if p.parent.name not in (*FOLDER_ROOMS, *CROSSING_FOLDERS)]
     assert loose == [] and unknown == []
 
 

@@ -430,7 +430,8 @@ def _curve(release_tables, figure, method, value="accuracy"):
 
 def test_main_curves_equal_the_paper_tables(release_tables):
     # docs/paper.md 3.1 (a), (b): base model, then 0.5 h ... 6 h
-    gsm8k = {"grpo-n16-m16": [59.95, 79.11, 79.45, 79.78, 80.65, 80.72, 81.27, 81.19, 81.64, 81.44, 81.32, 81.28, 80.76],
+    gsm8k = {"grpo-n16-m16": [59.95, 79.11, 79.45, 79.78, 80.65, 80.72, 81.27, 81.19, 81.64, 81.44, 81.32, 81.28,
+                              80.76],
              "pods-max_variance-n64-m16": [59.95, 79.10, 80.57, 80.98, 81.27, 81.72, 81.75, 82.46, 82.46, 82.44,
                                            82.45, 82.63, 82.60]}
     math = {"grpo-n8-m8": [33.27, 41.57, 43.93, 46.06, 46.63, 46.77, 47.53, 47.10, 47.91, 48.30, 48.64, 48.15, 48.90],
@@ -444,12 +445,14 @@ def test_main_curves_equal_the_paper_tables(release_tables):
 
 
 def test_h100_curves_and_bars_equal_the_paper(release_tables):
-    expected = {"grpo-n32-m32": [2.7, 3.0, 5.8, 13.8, 31.8, 66.1, 78.1, 80.3, 80.3, 80.6, 80.2, 80.5, 82.1, 82.0, 82.6, 82.4],
+    expected = {"grpo-n32-m32": [2.7, 3.0, 5.8, 13.8, 31.8, 66.1, 78.1, 80.3, 80.3, 80.6, 80.2, 80.5, 82.1, 82.0, 82.6,
+                                 82.4],
                 "pods-max_variance-n128-m32": [3.0, 3.1, 13.3, 59.3, 78.8, 81.1, 81.0, 83.1, 83.1, 83.6, 83.0, 83.2,
                                                84.1, 83.5, 83.8, 83.1]}
     for method, values in expected.items():
         assert list(np.round(100 * _curve(release_tables, "h100s", method)["mean"], 1)) == values
-    bars = figures.paper_step_times(release_tables["evals"], release_tables["summaries"], figures.PAPER_FIGURES["h100s"])
+    bars = figures.paper_step_times(release_tables["evals"], release_tables["summaries"],
+                                    figures.PAPER_FIGURES["h100s"])
     assert round(bars["grpo-n32-m32"], 2) == 21.85 and round(bars["pods-max_variance-n128-m32"], 2) == 10.09
     lengths = _curve(release_tables, "h100s", "pods-max_variance-n128-m32", "mean_length")["mean"]
     assert round(lengths.max()) == 413 and round(lengths.iloc[-1]) == 283  # docs/paper.md 3.4
@@ -485,7 +488,8 @@ def test_ablation_table_equals_the_paper(release_tables):
 
 
 def test_math_seconds_per_step_equal_the_paper(release_tables):
-    bars = figures.paper_step_times(release_tables["evals"], release_tables["summaries"], figures.PAPER_FIGURES["math_main"])
+    bars = figures.paper_step_times(release_tables["evals"], release_tables["summaries"],
+                                    figures.PAPER_FIGURES["math_main"])
     assert round(bars["grpo-n8-m8"], 2) == 7.87 and round(bars["pods-max_variance-n32-m8"], 2) == 10.12
 
 

@@ -26,7 +26,8 @@ def test_every_registry_refuses_a_taken_name_and_lists_its_names(registry):
         registry.add(name, registry[name])
     with pytest.raises(ValueError, match=f"{registry.kind} {name!r} is registered twice"):
         registry[name] = registry[name]
-    with pytest.raises(ValueError, match=f"unknown {registry.kind} 'no-such-name'; choose from " + ", ".join(sorted(registry))):
+    with pytest.raises(ValueError,
+                       match=f"unknown {registry.kind} 'no-such-name'; choose from " + ", ".join(sorted(registry))):
         registry["no-such-name"]
 
 

@@ -242,23 +242,30 @@ RUN = run_path("runs", benchmark="arith", hardware="cpu", method="grpo-n16-m16",
 
 
 @pytest.mark.parametrize("corrupt, message", [
-    (lambda r: edit_line(r / "evals.jsonl", 3, accuracy=1.5), r"evals.jsonl:3: accuracy must be a finite number in \[0, 1\], got 1.5"),
-    (lambda r: edit_line(r / "evals.jsonl", 2, accuracy=float("nan")), r"evals.jsonl:2: accuracy must be a finite number in \[0, 1\], got nan"),
+    (lambda r: edit_line(r / "evals.jsonl", 3, accuracy=1.5),
+     r"evals.jsonl:3: accuracy must be a finite number in \[0, 1\], got 1.5"),
+    (lambda r: edit_line(r / "evals.jsonl", 2, accuracy=float("nan")),
+     r"evals.jsonl:2: accuracy must be a finite number in \[0, 1\], got nan"),
     (lambda r: (r / "evals.jsonl").write_text(""), r"evals.jsonl: no evaluations"),
     (lambda r: edit_line(r / "evals.jsonl", 4, step=1), r"evals.jsonl:4: steps must strictly increase"),
-    (lambda r: edit_line(r / "evals.jsonl", 1, step=3, train_time_s=1.0), r"evals.jsonl:1: the first 'test' evaluation must be the base model's"),
+    (lambda r: edit_line(r / "evals.jsonl", 1, step=3, train_time_s=1.0),
+     r"evals.jsonl:1: the first 'test' evaluation must be the base model's"),
     (lambda r: (r / "evals.jsonl").write_text((r / "evals.jsonl").read_text().splitlines(keepends=True)[0]),
      r"'test' has only the base evaluation"),
     (lambda r: edit_line(r / "evals.jsonl", 5, train_time_s=1.0), r"evals.jsonl:5: train_time_s must not decrease"),
     (lambda r: edit_line(r / "steps.jsonl", 7, step=6), r"steps.jsonl:7: expected step 7, got 6"),
-    (lambda r: edit_line(r / "steps.jsonl", 9, train_time_s=0.5), r"steps.jsonl:9: train_time_s must be finite and not decrease"),
-    (lambda r: (r / "summary.json").write_text(json.dumps({**json.loads((r / "summary.json").read_text()), "peak_accuracy": 0.9})),
+    (lambda r: edit_line(r / "steps.jsonl", 9, train_time_s=0.5),
+     r"steps.jsonl:9: train_time_s must be finite and not decrease"),
+    (lambda r: (r / "summary.json").write_text(json.dumps({**json.loads((r / "summary.json").read_text()),
+                                                           "peak_accuracy": 0.9})),
      r"summary.json: peak_accuracy is 0.9 but evals.jsonl gives"),
-    (lambda r: (r / "summary.json").write_text(json.dumps({**json.loads((r / "summary.json").read_text()), "status": "running"})),
+    (lambda r: (r / "summary.json").write_text(json.dumps({**json.loads((r / "summary.json").read_text()),
+                                                           "status": "running"})),
      r"summary.json: status is 'running'"),
     (lambda r: (r / "summary.json").write_text(json.dumps({**json.loads((r / "summary.json").read_text()), "n": 64})),
      r"summary.json: n is 64 but the method grpo-n16-m16 says 16"),
-    (lambda r: (r / "evals.jsonl").write_text((r / "evals.jsonl").read_text()[:-1]), r"evals.jsonl:\d+: the last line is cut short"),
+    (lambda r: (r / "evals.jsonl").write_text((r / "evals.jsonl").read_text()[:-1]),
+     r"evals.jsonl:\d+: the last line is cut short"),
 ])
 def test_analysis_stops_on_a_broken_run_naming_file_line_and_rule(results_copy, capsys, corrupt, message):
     import re
@@ -288,7 +295,8 @@ def test_the_paper_importer_checks_the_authors_files_too(tmp_path, capsys):
         pytest.skip(message)
     src = tmp_path / "release"
     src.mkdir()
-    for name in ("base-qwen.json", *(f"Instruct-MATH-NF-512-{s}-Run{k}.json" for s in ("8-8", "32-8") for k in range(1, 11))):
+    runs_files = (f"Instruct-MATH-NF-512-{s}-Run{k}.json" for s in ("8-8", "32-8") for k in range(1, 11))
+    for name in ("base-qwen.json", *runs_files):
         shutil.copy(release / name, src / name)
     bad = src / "Instruct-MATH-NF-512-32-8-Run3.json"
     log = json.loads(bad.read_text())
@@ -298,7 +306,8 @@ def test_the_paper_importer_checks_the_authors_files_too(tmp_path, capsys):
     rc = cli.main(["paper", "import", "--src", str(src), "--out", str(tmp_path / "imported")])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "accuracy must be a finite number in [0, 1], got 1.5" in err, err
-    assert "Instruct-MATH-NF-512-32-8-Run3.json" in err and RUN_LAYOUT.format(benchmark="math", hardware="l40s-lora", method="pods-max_variance-n32-m8", seed=3) in err
+    run = RUN_LAYOUT.format(benchmark="math", hardware="l40s-lora", method="pods-max_variance-n32-m8", seed=3)
+    assert "Instruct-MATH-NF-512-32-8-Run3.json" in err and run in err
 
 
 # --------------------------------------------------------------------------------------------
@@ -331,8 +340,10 @@ def test_a_diverging_run_stops_as_failed_and_keeps_its_last_good_checkpoint(base
     saved = ckpt.load(run_dir / "checkpoint", ckpt.read_manifest(run_dir / "checkpoint"))
     assert saved["progress"]["step"] == 1
     assert all(torch.isfinite(v).all() for v in saved["engine"]["model"].values() if v.is_floating_point())
-    with pytest.raises(runs.RunFileError, match="status is 'failed': non-finite.*delete the run's folder to train it again"):
-        runs.check_summary(summary, read_jsonl(run_dir / "evals.jsonl", finished=True), [], {"method": summary["method"]}, "summary.json")
+    with pytest.raises(runs.RunFileError,
+                       match="status is 'failed': non-finite.*delete the run's folder to train it again"):
+        runs.check_summary(summary, read_jsonl(run_dir / "evals.jsonl", finished=True), [],
+                           {"method": summary["method"]}, "summary.json")
 
 
 def test_the_policy_refuses_to_sample_from_non_finite_logits(base):
@@ -394,7 +405,8 @@ def test_the_readme_selector_snippet_works_with_numpy():
     advantages = kept_advantages(rewards, kept)
     assert isinstance(advantages, np.ndarray) and advantages.shape == (3, 16)
     chosen = np.take_along_axis(rewards, kept, axis=1)
-    np.testing.assert_allclose(advantages, (chosen - chosen.mean(1, keepdims=True)) / (chosen.std(1, ddof=1, keepdims=True) + 1e-4))
+    expected = (chosen - chosen.mean(1, keepdims=True)) / (chosen.std(1, ddof=1, keepdims=True) + 1e-4)
+    np.testing.assert_allclose(advantages, expected)
 
 
 def test_the_record_types_name_every_field_a_run_logs():

@@ -205,7 +205,8 @@ def test_summarize_study_gives_every_endpoint_step_times_phases_and_adjusted_pri
     rows = table.set_index("endpoint")
     r99, r100 = rows.loc["paper_0.99"], rows.loc["paper_1.00"]
     assert r99["name"] == "main" and r99["peak_baseline"] == pytest.approx(0.61)
-    assert r99["target_accuracy"] == pytest.approx(0.99 * 0.61) and (r99["target_rule"], r99["target"]) == ("paper", "0.99")
+    assert r99["target_accuracy"] == pytest.approx(0.99 * 0.61)
+    assert (r99["target_rule"], r99["target"]) == ("paper", "0.99")
     assert (r99["t_baseline_s"], r99["t_method_s"], r99["speedup"]) == (240.0, 120.0, 2.0)
     assert (r100["t_baseline_s"], r100["t_method_s"], r100["speedup"]) == (240.0, 120.0, 2.0)
     assert r99["s_per_step_baseline"] == pytest.approx(2.0) and r99["s_per_step_method"] == pytest.approx(3.1)
@@ -263,7 +264,8 @@ def test_a_fixed_grid_past_a_seeds_last_evaluation_is_refused_under_linear_align
     comp = {"name": "main", "benchmark": "arith", "hardware": "cpu", "design": "equal_update",
             "baseline": "grpo-n4-m4", "method": "pods-max_variance-n16-m4", "grid_s": 60, "t_max_s": 240}
     evals = load_runs(tmp_path).evals
-    with pytest.raises(ValueError, match=r"grid runs to 240 s but seed \d of .* last evaluated at 23\d s.*align: nearest"):
+    with pytest.raises(ValueError,
+                       match=r"grid runs to 240 s but seed \d of .* last evaluated at 23\d s.*align: nearest"):
         analysis.comparison_arms(comp, evals)
     grid, base, meth, _, _ = analysis.comparison_arms({**comp, "align": "nearest"}, evals)
     assert grid[-1] == 240 and not np.isnan(base.curves).any() and not np.isnan(meth.curves).any()

@@ -35,7 +35,8 @@ def test_families_find_the_papers_ablations():
                "pods-max_variance-n64-m2", "pods-max_reward-n64-m16", "pods-random-n64-m16", "grpo-n64-m64"]
     fams = plots.families(methods)
     assert fams["n_scaling_m16"] == ["grpo-n16-m16", "pods-max_variance-n32-m16", "pods-max_variance-n64-m16"]
-    assert fams["m_scaling_n64"] == ["pods-max_variance-n64-m16", "pods-max_variance-n64-m8", "pods-max_variance-n64-m2"]
+    assert fams["m_scaling_n64"] == ["pods-max_variance-n64-m16", "pods-max_variance-n64-m8",
+                                     "pods-max_variance-n64-m2"]
     assert fams["rule_n64_m16"] == ["pods-max_reward-n64-m16", "pods-max_variance-n64-m16", "pods-random-n64-m16"]
     assert set(fams) == {"n_scaling_m16", "m_scaling_n64", "rule_n64_m16"}
 
@@ -138,7 +139,8 @@ def test_accuracy_figure_draws_the_runs_curves_and_the_summary_targets(study_dir
     assert all(p >= g for g, p in zip(grpo.get_ydata()[1:], pods.get_ydata()[1:]))
     # the paper rule's target line at 99% of GRPO's peak, as in the summary table
     paper = next(line for label, line in lines.items() if label.startswith("target, paper rule"))
-    target = float(summary[(summary["target_rule"] == "paper") & (summary["target"] == "0.99")]["target_accuracy"].iloc[0])
+    paper_row = (summary["target_rule"] == "paper") & (summary["target"] == "0.99")
+    target = float(summary[paper_row]["target_accuracy"].iloc[0])
     assert list(paper.get_ydata()) == pytest.approx([100 * target] * 2) and target == pytest.approx(0.99 * 0.61)
     legend = [text.get_text() for text in ax.get_legend().get_texts()]
     assert {"GRPO (n=4, m=4)", "PODS max_variance (n=16, m=4)"} <= set(legend)

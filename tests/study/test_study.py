@@ -115,7 +115,8 @@ def test_hardware_profile_defaults_come_from_the_schema(tmp_path):
 @pytest.mark.parametrize("launcher,prefix", [
     ("none", "pods train "),
     ("accelerate", "accelerate launch --num_processes 16 --num_machines 2 --config_file acc.yaml -m pods.cli train "),
-    ("torchrun", "srun --ntasks-per-node=1 torchrun --nnodes 2 --nproc_per_node 8 --config_file acc.yaml -m pods.cli train "),
+    ("torchrun",
+     "srun --ntasks-per-node=1 torchrun --nnodes 2 --nproc_per_node 8 --config_file acc.yaml -m pods.cli train "),
     ("deepspeed", "deepspeed --num_nodes 2 --num_gpus 8 --config_file acc.yaml --module pods.cli train "),
 ])
 def test_launchers_start_every_process_of_a_multi_node_run(tmp_path, launcher, prefix):
@@ -149,7 +150,8 @@ def test_warm_start_and_base_model_paths(tmp_path):
     # a hub id is fetched once (rule fetch_hub) and read from its folder
     assert hub.paths.base_model_marker("arith") == "models/hub/models/Qwen/Qwen2.5-0.5B/hub.json"
     assert hub.paths.base_model_marker("arith_hard") == "models/converted/base/config.json"  # a rule writes it
-    assert hub.run_configs[Run("arith", "cpu", "grpo-n16-m16", 0)].config.base_model == "models/hub/models/Qwen/Qwen2.5-0.5B"
+    assert hub.run_configs[Run("arith", "cpu", "grpo-n16-m16",
+                               0)].config.base_model == "models/hub/models/Qwen/Qwen2.5-0.5B"
     assert hub.hub_fetches() == [("model", "Qwen/Qwen2.5-0.5B")]
 
 
@@ -163,7 +165,8 @@ def test_warm_start_and_base_model_paths(tmp_path):
 def test_a_trainer_key_typo_fails_in_either_design(design, baseline, method):
     comparisons = [dict(name="main", design=design, benchmarks=["arith"], hardware=["cpu"],
                         baseline=baseline, methods=[method])]
-    with pytest.raises(StudyError, match=r"unknown config key 'max_stepz' in the study's train \(did you mean 'max_steps'\?\)"):
+    with pytest.raises(StudyError,
+                       match=r"unknown config key 'max_stepz' in the study's train \(did you mean 'max_steps'\?\)"):
         study(train={"max_stepz": 3}, comparisons=comparisons)
 
 
@@ -186,7 +189,8 @@ def test_a_bad_key_or_value_names_its_layer(tmp_path):
         study(benchmarks={"arith": {"base_model": "warmstart", "train": {"lrr": 1}}})
     with pytest.raises(StudyError, match=r"config key 'lr': must be > 0, got -1.0 \(set in the study's train\)"):
         study(train={"lr": -1})
-    with pytest.raises(StudyError, match=r"config key 'lr' must be a finite number, got 'inf' \(set in the study's train\)"):
+    with pytest.raises(StudyError,
+                       match=r"config key 'lr' must be a finite number, got 'inf' \(set in the study's train\)"):
         study(train={"lr": "inf"})
     with pytest.raises(StudyError, match=r"config key 'eval_repeats': must be 1 with eval_greedy"):
         study(train={"eval_repeats": 5})
@@ -220,7 +224,8 @@ MAIN = dict(name="main", benchmarks=["arith"], hardware=["cpu"])
     (dict(MAIN, design="equal_update", baseline="grpo-n16-m16", methods=["pods-max_variance-n64-m8"]),
      r"comparisons\[0\].methods\[0\] on arith/cpu: equal_update trains the same m in both arms"),
     (dict(MAIN, design="equal_generation", baseline="grpo-n64-m64", methods=["pods-max_variance-n32-m16"]),
-     r"comparisons\[0\].methods\[0\] on arith/cpu: equal_generation generates as many rollouts per prompt in both arms"),
+     r"comparisons\[0\].methods\[0\] on arith/cpu: equal_generation generates as many rollouts per prompt in both "
+     r"arms"),
     (dict(MAIN, design="equal_update", baseline="grpo-n16-m16", methods=["pods-max_variance-n64-m16"],
           benchmarks=["gsm9k"]), r"comparisons\[0\].benchmarks: 'gsm9k' is not declared under `benchmarks`"),
     (dict(MAIN, design="equal_update", baseline="grpo-n16-m16", methods=["pods-max_variance-n64-m16"],
@@ -234,7 +239,8 @@ def test_design_and_label_errors(comparison, message):
 def test_equal_generation_counts_rollouts_as_the_trainer_resolves_them():
     """The authors' 8-GPU setting: GRPO-GA 16 groups of 32, PODS 4 groups of 128, 512 per prompt."""
     comparison = dict(MAIN, design="equal_generation", baseline="grpo-n32-m32", methods=["pods-max_variance-n128-m32"])
-    with pytest.raises(StudyError, match="baseline grpo-n32-m32 generates 32 and pods-max_variance-n128-m32 generates 128"):
+    with pytest.raises(StudyError,
+                       match="baseline grpo-n32-m32 generates 32 and pods-max_variance-n128-m32 generates 128"):
         study(comparisons=[comparison])
     s = study(comparisons=[comparison], train={"rollouts_per_prompt": 512})
     assert {s.run_configs[run].arm.rollouts_per_prompt for run in s.runs} == {512}
@@ -317,7 +323,8 @@ def test_dapo_arms_are_named_by_their_method_and_dynamic_sampling_follows_the_na
     assert configs["dapo-max_variance-n64-m16"].rule == "max_variance"
     assert "dynamic_sampling=true" in s.train_command(next(r for r in s.runs if r.method == "dapo-n16-m16"))
     # a layer may not turn a GRPO run into a DAPO one behind its name
-    with pytest.raises(StudyError, match=r"a layer sets dynamic_sampling, which the method name 'grpo-n16-m16' decides"):
+    with pytest.raises(StudyError,
+                       match=r"a layer sets dynamic_sampling, which the method name 'grpo-n16-m16' decides"):
         study(comparisons=comparisons, seeds=[0], train={"dynamic_sampling": True})
     # a DAPO arm may be the baseline of a head-to-head, but no run is compared with itself
     s = study(comparisons=[{**comparisons[0], "baseline": "dapo-n16-m16", "methods": ["pods-max_variance-n64-m16"]}],
@@ -387,7 +394,8 @@ def test_the_schema_takes_its_name_lists_from_the_registries_that_define_them():
     from pods.vocabulary import DESIGNS
 
     raw, schema = yaml.safe_load(SCHEMA.read_text())["definitions"], load_schema()["definitions"]
-    keys = [("comparison", "design", list(DESIGNS)), ("comparison", "align", list(ALIGNERS)), ("comparison", "axis", list(AXES)),
+    keys = [("comparison", "design", list(DESIGNS)), ("comparison", "align", list(ALIGNERS)), ("comparison", "axis",
+                                                                                               list(AXES)),
             ("hardware_profile", "launcher", list(LAUNCHERS))]
     for definition, key, names in keys:
         assert "enum" not in raw[definition]["properties"][key]

@@ -127,7 +127,8 @@ def test_4bit_base_lora_adapter_and_8bit_adamw(base):
     states = engine.optimizer.state.values()
     big = [s for p, s in engine.optimizer.state.items() if p.numel() >= MIN_8BIT_SIZE]
     assert big and all(s["state1"].dtype == torch.uint8 and s["state2"].dtype == torch.uint8 for s in big)
-    assert all(s["state1"].dtype == torch.float32 for p, s in engine.optimizer.state.items() if p.numel() < MIN_8BIT_SIZE)
+    assert all(s["state1"].dtype == torch.float32 for p,
+               s in engine.optimizer.state.items() if p.numel() < MIN_8BIT_SIZE)
     assert len(states) == sum(p.requires_grad for p in engine.policy.parameters())
 
     # resume: adapter and 8-bit optimiser states into a fresh engine, then one more step in both

@@ -87,7 +87,8 @@ def test_a_second_save_replaces_the_first_whole(tmp_path):
     ckpt.save(tmp_path, {"x": torch.zeros(2)})
     ckpt.save(tmp_path, {"x": torch.ones(2)})
     manifest = ckpt.read_manifest(tmp_path)
-    assert manifest["save"] == 2 and sorted(p.name for p in tmp_path.iterdir()) == ["state.json", "tensors-2.safetensors"]
+    assert manifest["save"] == 2 and sorted(p.name for p in tmp_path.iterdir()) == ["state.json",
+                                                                                    "tensors-2.safetensors"]
     assert torch.equal(ckpt.load(tmp_path, manifest)["x"], torch.ones(2))
 
 

@@ -56,7 +56,8 @@ def test_bad_overrides_raise_one_line_naming_the_key(overrides, message):
 def test_unknown_key_in_file_names_the_file(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("n: 16\nmicrobatch: 8\n")
-    with pytest.raises(ValueError, match=r"unknown config key 'microbatch' in .*c.yaml \(did you mean 'micro_batch'\?\)"):
+    with pytest.raises(ValueError,
+                       match=r"unknown config key 'microbatch' in .*c.yaml \(did you mean 'micro_batch'\?\)"):
         load_train_config(path)
 
 
@@ -73,7 +74,8 @@ def test_every_field_is_documented():
 
 @pytest.mark.parametrize(
     "module, options",
-    [("pods.training.update.lora", "LoraOptions"), ("pods.training.update.deepspeed_engine", "DeepSpeedOptions"), ("pods.training.rollout.vllm", "VLLMOptions")],
+    [("pods.training.update.lora", "LoraOptions"), ("pods.training.update.deepspeed_engine", "DeepSpeedOptions"),
+     ("pods.training.rollout.vllm", "VLLMOptions")],
 )
 def test_engine_options_are_config_fields_with_the_engines_defaults(module, options):
     """Engines read their options from TrainConfig fields of the same name: keep both in step."""
@@ -84,7 +86,8 @@ def test_engine_options_are_config_fields_with_the_engines_defaults(module, opti
     defaults = TrainConfig()
     for f in dataclasses.fields(getattr(importlib.import_module(module), options)):
         assert f.name in fields, f.name
-        assert getattr(defaults, f.name) == (f.default_factory() if f.default is dataclasses.MISSING else f.default), f.name
+        assert getattr(defaults,
+                       f.name) == (f.default_factory() if f.default is dataclasses.MISSING else f.default), f.name
 
 
 def test_paper_profile_keys_are_accepted():

@@ -97,7 +97,8 @@ def _worker(rank, world, port, out, run_dir):
         fresh.load_state_dict(state)
         resumed = fresh.step(make_batch(1), ADVANTAGES)
         out[(rank, "resume", stage)] = dict(
-            continued=continued, resumed=resumed, logprobs=(engine.logprobs(make_batch(2)), fresh.logprobs(make_batch(2))),
+            continued=continued, resumed=resumed, logprobs=(engine.logprobs(make_batch(2)),
+                                                            fresh.logprobs(make_batch(2))),
             tags=sorted(p.name for p in fresh.checkpoint_dir().glob("save*")), state=state,
             weights=weights,
             params={k: v.detach().clone() for k, v in engine.policy.named_parameters()},
@@ -129,8 +130,10 @@ def test_two_processes_equal_one(distributed, stage, loss_agg):
     assert dist_out[0]["micro_batches"] == dist_out[1]["micro_batches"] == 2  # 4 rows each, micro 2
     for step in (0, 1):
         for rank in (0, 1):
-            assert dist_out[rank]["results"][step]["loss"] == pytest.approx(single["results"][step]["loss"], rel=1e-5, abs=1e-7)
-            assert dist_out[rank]["results"][step]["grad_norm"] == pytest.approx(single["results"][step]["grad_norm"], rel=1e-4)
+            assert dist_out[rank]["results"][step]["loss"] == pytest.approx(single["results"][step]["loss"], rel=1e-5,
+                                                                            abs=1e-7)
+            assert dist_out[rank]["results"][step]["grad_norm"] == pytest.approx(single["results"][step]["grad_norm"],
+                                                                                 rel=1e-4)
     for name, value in single["params"].items():
         for rank in (0, 1):
             assert torch.allclose(dist_out[rank]["params"][name], value, atol=1e-5), (rank, name)

@@ -176,11 +176,13 @@ def test_a_single_file_needs_its_test_split_named_and_splits_never_overlap(data,
     train = data / "gsm8k/main/train-00000-of-00001.parquet"
     test = data / "gsm8k/main/test-00000-of-00001.parquet"
     with pytest.raises(ValueError, match=r"task 'gsm8k': source .*train-00000-of-00001.parquet is one file, but the "
-                                         r"task reads a train and a test split; give the test split's file as test_source"):
+                                         r"task reads a train and a test split; give the test split's file as "
+                                         r"test_source"):
         GSM8K(source=str(train))
     task = GSM8K(source=str(train), test_source=str(test))
     assert len(task.train_problems(0)) == 3 and [p.answer for p in task.test_problems()] == ["18"]
-    with pytest.raises(ValueError, match=r"task 'gsm8k': 3 training problem\(s\) are also test questions .*must not overlap"):
+    with pytest.raises(ValueError,
+                       match=r"task 'gsm8k': 3 training problem\(s\) are also test questions .*must not overlap"):
         GSM8K(source=str(train), test_source=str(train)).train_problems(0)
     flat = tmp_path / "flat"
     flat.mkdir()

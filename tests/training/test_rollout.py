@@ -53,7 +53,8 @@ def test_greedy_equals_transformers_generate(model, tok):
 def test_eos_stops_rows_and_pads_after(model, tok):
     prompts = encode_prompts(tok, TEXTS)
     # choose as "EOS" a token the greedy continuations produce early, so rows end at different times
-    free = HFRolloutEngine(model=model, tokenizer=tok).generate(prompts, 1, temperature=1.0, max_new_tokens=12, greedy=True)
+    free = HFRolloutEngine(model=model, tokenizer=tok).generate(prompts, 1, temperature=1.0, max_new_tokens=12,
+                                                                greedy=True)
     eos = int(free.completion_ids[0, 2])
     engine = HFRolloutEngine(model=model, tokenizer=Ids(tok.pad_token_id, eos))
     got = engine.generate(prompts, 2, temperature=1.0, max_new_tokens=12, greedy=True)
@@ -70,7 +71,8 @@ def test_eos_stops_rows_and_pads_after(model, tok):
 def test_prompt_is_prefilled_once_then_one_token_per_call(model, tok):
     prompts = encode_prompts(tok, TEXTS)
     shapes = []
-    hook = model.register_forward_pre_hook(lambda mod, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    hook = model.register_forward_pre_hook(lambda mod, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)),
+                                           with_kwargs=True)
     try:
         HFRolloutEngine(model=model, tokenizer=tok).generate(prompts, 8, temperature=1.0, max_new_tokens=5)
     finally:
@@ -121,13 +123,16 @@ def test_update_batch_logprobs_match_unpadded_rows_and_micro_batches(model, tok)
             L = int(rollouts.lengths[r])
             ids = prompts[r // 4] + rollouts.completion_ids[r, :L].tolist()
             logp = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
-            alone = logp[len(prompts[r // 4]) - 1 : len(ids) - 1].gather(-1, torch.tensor(ids[len(prompts[r // 4]):])[:, None])
+            alone = logp[len(prompts[r // 4]) - 1 : len(ids) - 1].gather(-1,
+                                                                         torch.tensor(ids[len(prompts[r // 4]):])[:,
+                                                                                                                  None])
             torch.testing.assert_close(full[i, :L], alone.squeeze(-1), atol=1e-5, rtol=1e-5)
             assert (full[i, L:] == 0).all()
         for start in range(0, 6, 2):
             part = batch.slice(start, start + 2)
             assert part.input_ids.shape[1] <= batch.input_ids.shape[1]
-            torch.testing.assert_close(token_logprobs(model, part), full[start:start + 2, : part.completion_len], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(token_logprobs(model, part), full[start:start + 2, : part.completion_len],
+                                       atol=1e-5, rtol=1e-5)
             assert not full[start:start + 2, part.completion_len:].any()
 
 
@@ -154,7 +159,8 @@ def test_shared_prompt_pass_equals_row_by_row_in_value_and_gradient(model, tok):
     prompts = encode_prompts(tok, TEXTS)
     torch.manual_seed(1)
     rollouts = HFRolloutEngine(model=model, tokenizer=tok).generate(prompts, 6, temperature=1.0, max_new_tokens=10)
-    batch = UpdateBatch.from_rollouts(rollouts, torch.tensor([0, 2, 3, 5, 6, 7, 9, 11, 12, 13, 20, 23]), tok.pad_token_id)
+    batch = UpdateBatch.from_rollouts(rollouts, torch.tensor([0, 2, 3, 5, 6, 7, 9, 11, 12, 13, 20, 23]),
+                                      tok.pad_token_id)
     weights = torch.randn(batch.completion_mask.shape, generator=torch.Generator().manual_seed(2))
     results = []
     for share in (False, True):

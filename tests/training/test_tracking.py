@@ -149,7 +149,8 @@ def test_trackio_local_project_holds_the_same_points_and_resume_continues_the_ru
         for record in records:
             points = [log for log in logs if f"{prefix}/train_time_s" in log and log["step"] == record["step"]]
             assert len(points) == 1, (prefix, record["step"])
-            assert all(points[0][f"{prefix}/{k}"] == pytest.approx(v) for k, v in pods.training.tracking.scalars(record).items())
+            assert all(points[0][f"{prefix}/{k}"] == pytest.approx(v) for k,
+                       v in pods.training.tracking.scalars(record).items())
 
 
 def test_bad_or_missing_report_to_is_refused_at_parse_time(monkeypatch):

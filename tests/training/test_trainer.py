@@ -177,7 +177,8 @@ def test_dynamic_sampling_drops_flat_groups_refills_and_stops_at_its_cap():
     # the cap: every round flat, so rounds stop at max_rounds and the step keeps the last round's
     draws.clear()
     all_flat = fake_round(["x", "y"], flat={0, 1})
-    _, rewards, problems, rounds = dynamic_sample(all_flat, lambda k: fake_round([f"z{i}" for i in range(k)], flat=set(range(k))),
+    _, rewards, problems, rounds = dynamic_sample(all_flat, lambda k: fake_round([f"z{i}" for i in range(k)],
+                                                                                 flat=set(range(k))),
                                                   need=2, per_prompt=1, max_rounds=3, pad_id=0)
     assert rounds == 3 and problems == ["z0", "z1"] and bool((rewards.max(1).values == rewards.min(1).values).all())
     # what it has when the cap comes first: the informative groups only

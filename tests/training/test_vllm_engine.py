@@ -79,7 +79,8 @@ def engine(base, tokenizer):
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        built = make_rollout_engine("vllm", model=tiny_policy(tokenizer), tokenizer=tokenizer, config=train_config(base))
+        built = make_rollout_engine("vllm", model=tiny_policy(tokenizer), tokenizer=tokenizer,
+                                    config=train_config(base))
     built.build_warnings = [str(w.message) for w in caught]
     return built
 

@@ -127,7 +127,8 @@ def test_the_default_warm_start_is_pinned(tmp_path):
         digest.update(tensor.contiguous().numpy().tobytes())
     assert digest.hexdigest() == PINNED["initial_weights_sha256"]
     task, rng = get_task("arith"), random.Random(cfg.seed)
-    ids, _, labels = make_batch(task, rng.sample(task.train_problems(cfg.seed), cfg.batch_size), tok, rng, cfg.error_rate)
+    ids, _, labels = make_batch(task, rng.sample(task.train_problems(cfg.seed), cfg.batch_size), tok, rng,
+                                cfg.error_rate)
     assert hashlib.sha256(ids.numpy().tobytes() + labels.numpy().tobytes()).hexdigest() == PINNED["first_batch_sha256"]
     record = warmstart(cfg, progress=False)
     assert record["final_loss"] == pytest.approx(PINNED["final_loss"], rel=1e-3)

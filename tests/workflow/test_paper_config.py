@@ -20,7 +20,8 @@ from pods.training.update.lora import LoraOptions
 ROOT = Path(__file__).resolve().parents[2]
 GPU_PROFILES = ["l40s-lora", "h100x8-zero2", "a100x8-zero2", "multinode"]
 # what each train key may be: a TrainConfig field or an engine option read by name
-KNOWN_KEYS = {f.name for cls in (TrainConfig, LoraOptions, DeepSpeedOptions, VLLMOptions) for f in dataclasses.fields(cls)}
+KNOWN_KEYS = {f.name for cls in (TrainConfig, LoraOptions, DeepSpeedOptions,
+                                 VLLMOptions) for f in dataclasses.fields(cls)}
 
 
 def load(path):
@@ -60,7 +61,8 @@ def test_gpu_profiles_one_task_per_node(name):
 
 def test_engine_choices_follow_the_paper():
     l40s, h100 = load("config/hardware/l40s-lora.yaml")["train"], load("config/hardware/h100x8-zero2.yaml")["train"]
-    assert (l40s["rollout_engine"], l40s["update_engine"], l40s["lora_rank"], l40s["lora_alpha"]) == ("vllm", "lora", 64, 64)
+    assert (l40s["rollout_engine"], l40s["update_engine"], l40s["lora_rank"], l40s["lora_alpha"]) == ("vllm", "lora",
+                                                                                                      64, 64)
     assert l40s["load_in_4bit"] and l40s["optimizer"] == "adamw_8bit" and l40s["prompts_per_step"] == 1
     assert (h100["update_engine"], h100["deepspeed_zero_stage"]) == ("deepspeed", 2)
     assert load("config/hardware/h100x8-zero2.yaml")["num_processes"] == 8
@@ -86,7 +88,8 @@ def test_paper_matrix_matches_the_paper():
     assert {hw for (b, hw, _) in runs if b.startswith("gsm8k-r1")} == {"h100x8-zero2", "a100x8-zero2"}
     assert all(seeds == (5 if hw.endswith("zero2") else 10) for (_, hw, _), seeds in runs.items())
     # the alternatives (config/alternatives.yaml at paper scale): top-|advantage| and DAPO, alone and with PODS
-    assert {m for (b, _, m) in runs if b == "gsm8k" and not m.startswith(("grpo", "pods-max_variance", "pods-max_reward",
+    assert {m for (b, _, m) in runs if b == "gsm8k" and not m.startswith(("grpo", "pods-max_variance",
+                                                                          "pods-max_reward",
                                                                             "pods-random"))} == {
         "pods-max_abs_advantage-n64-m16", "dapo-n16-m16", "dapo-max_variance-n64-m16"}
     assert sum(runs.values()) == 190
@@ -95,7 +98,8 @@ def test_paper_matrix_matches_the_paper():
     # budgets and evaluation cadences of docs/paper.md 2.1.7 and 2.2
     defaults = load("config/train-paper.yaml")
     assert (defaults["max_train_time_s"], defaults["eval_every_s"]) == (6 * 3600, 30 * 60)
-    assert (bench["gsm8k-llama"]["train"]["max_train_time_s"], bench["gsm8k-llama"]["train"]["eval_every_s"]) == (5400, 600)
+    assert (bench["gsm8k-llama"]["train"]["max_train_time_s"], bench["gsm8k-llama"]["train"]["eval_every_s"]) == (5400,
+                                                                                                                  600)
     assert (bench["gsm8k-r1"]["train"]["max_train_time_s"], bench["gsm8k-r1"]["train"]["eval_every_s"]) == (2400, 120)
 
 

@@ -35,9 +35,11 @@ CPU_SWAPS = {"device": "cpu", "rollout_engine": "hf", "update_engine": None, "lo
              "max_steps": "2", "max_train_time_s": "null", "eval_every_s": "null", "eval_every_steps": "2",
              "checkpoint_every_s": "0"}
 # One run of each setting: the PODS arm, seed 0.
-SETTINGS = {label: RUN_LAYOUT.format(benchmark=label, hardware=hardware, method=method, seed=0) for label, hardware, method in (
+SETTINGS = {label: RUN_LAYOUT.format(benchmark=label, hardware=hardware, method=method, seed=0) for label, hardware,
+            method in (
     ("gsm8k", "l40s-lora", "pods-max_variance-n64-m16"), ("math", "l40s-lora", "pods-max_variance-n32-m8"),
-    ("gsm8k-llama", "l40s-lora", "pods-max_variance-n64-m16"), ("gsm8k-r1", "h100x8-zero2", "pods-max_variance-n128-m32"))}
+    ("gsm8k-llama", "l40s-lora", "pods-max_variance-n64-m16"), ("gsm8k-r1", "h100x8-zero2",
+                                                                "pods-max_variance-n128-m32"))}
 
 
 def shell_commands(dry_run: str, rule: str) -> list[str]:

@@ -105,7 +105,8 @@ def jobs(ids: list[int]) -> list[dict]:
 
 def print_jobs(title: str, rows: list[dict], capsys) -> None:
     with capsys.disabled():
-        print(f"\n{title}\n{'JOBID':>6} {'STATE':<10} {'CPUS':>4} {'MEM':>7} {'PARTITION':<10} COMMENT (rule and wildcards)")
+        print(f"\n{title}\n{'JOBID':>6} {'STATE':<10} {'CPUS':>4} {'MEM':>7} {'PARTITION':<10} COMMENT (rule and "
+              f"wildcards)")
         for r in rows:
             print(f"{r['id']:>6} {r['state']:<10} {r['cpus']:>4} {r['memory']:>7} {r['partition']:<10} {r['comment']}")
 
@@ -212,7 +213,8 @@ def test_deepspeed_two_processes_launched_inside_a_slurm_job(smoke, capsys):
         "methods": ["pods-max_variance-n8-m4"],
     }])
     # the smoke study's warm start (same models_dir) is reused: only the two runs are trained
-    text = snakemake("reproduce", "--configfile", "config/smoke.yaml", layer, *slurm_args(tmp), log=tmp / "deepspeed.log")
+    text = snakemake("reproduce", "--configfile", "config/smoke.yaml", layer, *slurm_args(tmp),
+                     log=tmp / "deepspeed.log")
     rows = jobs(submitted(text))
     print_jobs("SLURM jobs of the 2-process DeepSpeed runs", rows, capsys)
     train = [j for j in rows if j["comment"].startswith("rule_train_")]
@@ -224,5 +226,7 @@ def test_deepspeed_two_processes_launched_inside_a_slurm_job(smoke, capsys):
         run = run_at(tmp / "deepspeed/results/runs", "arith", "cpu-ddp", method, 0)
         assert json.loads((run / "summary.json").read_text())["status"] == "complete"
         # each process generates for half the prompts; the step counts the whole batch
-        assert all(s["rollouts_generated"] == 2 * n and s["rollouts_trained"] == 2 * m for s in records(run / "steps.jsonl"))
-        assert sorted(p.name for p in (run / "checkpoint").glob("state-rank*.json")) == ["state-rank0.json", "state-rank1.json"]
+        assert all(s["rollouts_generated"] == 2 * n and s["rollouts_trained"] == 2 * m
+                   for s in records(run / "steps.jsonl"))
+        assert sorted(p.name for p in (run / "checkpoint").glob("state-rank*.json")) == ["state-rank0.json",
+                                                                                         "state-rank1.json"]

@@ -275,7 +275,8 @@ def test_a_failed_run_stops_only_the_targets_that_read_it(tmp_path):
     failed.mkdir(parents=True)
     (failed / "summary.json").write_text(json.dumps({"status": "failed", "method": runs[0][2], "seed": runs[0][3],
                                                      "failure": {"step": 7, "checkpoint_step": 5,
-                                                                 "reason": "non-finite loss (nan) in the update (during step 7)"}}))
+                                                                 "reason": "non-finite loss (nan) in the update "
+                                                                           "(during step 7)"}}))
     # `figures` reads every run: it stops before any job, naming the run, its reason and the way out
     proc = snakemake("--cores", "1", "figures", tmp=tmp_path, check=False)
     text = proc.stdout + proc.stderr
@@ -324,7 +325,8 @@ def test_hardware_profiles_give_threads_and_resources(tmp_path):
     hw = tmp_path / "hardware"
     hw.mkdir()
     profile = {"launcher": "torchrun", "num_processes": 8, "nodes": 2, "launcher_prefix": "srun --ntasks-per-node=1",
-               "threads": 32, "resources": {"gpu": 16, "mem_mb": 64000, "nodes": 2, "tasks": 2, "slurm_partition": "gpu"},
+               "threads": 32, "resources": {"gpu": 16, "mem_mb": 64000, "nodes": 2, "tasks": 2,
+                                            "slurm_partition": "gpu"},
                "train": {"device": "cuda", "precision": "bf16"}}
     (hw / "gpu.yaml").write_text(yaml.safe_dump(profile))
     layer = tmp_path / "gpu.yaml"

@@ -27,7 +27,9 @@ TASKS: Registry[Callable[..., Task]] = Registry("benchmark", {
     "math": MathTrain,
     "math500": Math500,
     "amc23": AMC23,
-    "gym_chain_sum": partial(ReasoningGymTask, name="gym_chain_sum", dataset="chain_sum", dataset_options=dict(min_terms=2, max_terms=2, min_digits=1, max_digits=1), test_size=60, train_size=120),
+    "gym_chain_sum": partial(ReasoningGymTask, name="gym_chain_sum", dataset="chain_sum",
+                             dataset_options=dict(min_terms=2, max_terms=2, min_digits=1, max_digits=1), test_size=60,
+                             train_size=120),
 })
 
 

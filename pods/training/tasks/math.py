@@ -130,7 +130,8 @@ class HubMathTask(Task):
         if self.train_split and self.test_split and test_source is None and Path(self.source).expanduser().is_file():
             raise ValueError(f"task {self.name!r}: source {self.source} is one file, but the task reads a "
                              f"{self.train_split} and a {self.test_split} split; give the {self.test_split} "
-                             f"split's file as test_source (or a folder of {self.train_split}*/{self.test_split}* files)")
+                             f"split's file as test_source (or a folder of {self.train_split}*/{self.test_split}* "
+                             f"files)")
         self.reward_name, self.metric_name = reward, metric
         self._reward, self._metric = get_reward(reward), get_metric(metric)  # fail early on a typo
         if max_prompt_tokens < 1:
