@@ -6,8 +6,8 @@ fits the calibration harness's population model (pods.study.calibration) to the 
 T, simulates studies of k seed pairs from it (the arms of a seed correlated as the harness fits
 them), and prints the share that decide each declared primary endpoint (docs/verdict.md) at the
 study's Bonferroni level (5% / 4 comparisons): the power each split would have if the effects
-were as the committed runs estimate them (a design-stage projection, labelled as one). Splits with T > 240 s cannot be evaluated from
-runs of 240 s.
+were as the committed runs estimate them (a design-stage projection, labelled as one). Splits with
+T > 240 s cannot be evaluated from runs of 240 s.
 
     python benchmarks/power_budget.py [--runs results] [--studies 300]
 """
@@ -17,7 +17,6 @@ import numpy as np
 import pandas as pd
 
 from pods.study import analysis, calibration, verdict
-
 from pods.study.curves import load_runs
 
 SPLITS = ((4, 240.0), (5, 195.0), (6, 165.0), (8, 120.0))

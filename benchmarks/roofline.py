@@ -166,7 +166,8 @@ def main() -> int:
     problems = task.train_problems(0)[: args.prompts]
     prompts = encode_prompts(tokenizer, [task.render_prompt(p, tokenizer) for p in problems])
     print(f"model: {base if warm else 'untrained default shape (no warm start found)'}; {args.prompts} prompts, "
-          f"max {args.max_new_tokens} new tokens, 1 thread, fastest of {args.rounds} rounds; torch {torch.__version__}, "
+          f"max {args.max_new_tokens} new tokens, 1 thread, fastest of {args.rounds} rounds; torch "
+          f"{torch.__version__}, "
           f"CPU kernels {torch.backends.cpu.get_cpu_capability()}")
     print(f"start: {load()}")
 

@@ -15,7 +15,6 @@ import itertools
 import math
 import time
 
-import numpy as np
 import torch
 
 from pods.selection import select

@@ -40,11 +40,11 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from pods.training.config import load_train_config, parse_overrides  # noqa: E402
 from pods.runs import read_jsonl  # noqa: E402
+from pods.training.config import load_train_config, parse_overrides  # noqa: E402
 from pods.training.tasks import get_task  # noqa: E402
-from pods.vocabulary import STEP_PHASES, method_for  # noqa: E402
 from pods.training.trainer import train  # noqa: E402
+from pods.vocabulary import STEP_PHASES, method_for  # noqa: E402
 
 ARMS = {  # label -> (n, m); micro_batch is shared, so GRPO-GA accumulates over more micro-batches
     "GRPO n=16": (16, 16),
@@ -222,7 +222,8 @@ def main() -> int:
         ratio = rows["GRPO n=16"]["step"] / trl_rows["GRPO n=16"]["step"]
         print(f"\nour GRPO step / TRL's GRPO step: {ratio:.2f} (goal: <= 0.35)")
         print(f"TRL: PODS step / GRPO step: {trl_rows['PODS n=64->16']['step'] / trl_rows['GRPO n=16']['step']:.2f}; "
-              f"our PODS step / TRL's PODS step: {rows['PODS n=64->16']['step'] / trl_rows['PODS n=64->16']['step']:.2f} "
+              f"our PODS step / TRL's PODS step: "
+              f"{rows['PODS n=64->16']['step'] / trl_rows['PODS n=64->16']['step']:.2f} "
               "(goal: <= 0.35)")
         print("TRL's `reward` column is scoring plus everything else in its generate-and-score phase "
               "(decoding, padding, advantages) but selection; its `update` is the rest of the step.")

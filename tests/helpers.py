@@ -9,10 +9,10 @@ import json
 from pathlib import Path
 
 from pods import cli
-from pods.training.config import load_train_config
-from pods.vocabulary import parse_method, run_path
 from pods.runs import build_summary
+from pods.training.config import load_train_config
 from pods.training.tasks.base import Problem, Task
+from pods.vocabulary import parse_method, run_path
 
 
 # --------------------------------------------------------------------------------------------

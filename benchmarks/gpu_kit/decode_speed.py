@@ -24,8 +24,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, whether or not pods is installed
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pods.training.rollout import rollout_engine_class  # noqa: E402
 from step_costs import ARCHS, build, sync  # noqa: E402
+
+from pods.training.rollout import rollout_engine_class  # noqa: E402
 
 ENGINES = ("hf", "hf_static")
 
@@ -54,7 +55,7 @@ def main() -> int:
     for name in ENGINES:
         engine = rollout_engine_class(name)(model=model, tokenizer=ids)
         for n in args.rows:
-            def generate():
+            def generate(engine=engine):  # bound now: the engine is deleted after its rows
                 out = engine.generate([prompt], n, temperature=0.9, max_new_tokens=args.completion_tokens)
                 sync(args.device)
                 assert out.completion_ids.shape == (n, args.completion_tokens)  # the forced length held

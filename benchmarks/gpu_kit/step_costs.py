@@ -33,15 +33,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, whether or not pods is installed
 
+from pods.grpo import kept_advantages  # noqa: E402
+from pods.selection import select  # noqa: E402
 from pods.training.batches import UpdateBatch  # noqa: E402
 from pods.training.config import TrainConfig  # noqa: E402
-from pods.grpo import kept_advantages  # noqa: E402
 from pods.training.rollout import rollout_engine_class  # noqa: E402
-from pods.selection import select  # noqa: E402
 
 ARMS = {"GRPO n=16": (16, 16), "PODS n=64->16": (64, 16), "GRPO-GA n=64": (64, 64)}
 from pods.vocabulary import STEP_PHASES as PHASES  # noqa: E402
 from pods.vocabulary import method_for  # noqa: E402
+
 # Qwen2.5-3B-Instruct's config.json (architecture only); `tiny` keeps its shape at toy size for CPU
 ARCHS = {
     "qwen2.5-3b": dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
@@ -147,7 +148,8 @@ def main() -> int:
         print(f"{label}: " + ", ".join(f"{k} {v:.3f} s" for k, v in rows[label].items()), flush=True)
         del model
     cols = [*PHASES, "step"]
-    print(f"\n{args.arch}, {args.rollout_engine} rollouts, {args.engine} update, 1 prompt/step, {args.prompt_tokens} prompt + "
+    print(f"\n{args.arch}, {args.rollout_engine} rollouts, {args.engine} update, 1 prompt/step, {args.prompt_tokens} "
+          f"prompt + "
           f"{args.completion_tokens} completion tokens, micro-batch {args.micro_batch}, {args.steps} timed steps")
     print("| arm | " + " | ".join(f"{c} s" for c in cols) + " |")
     print("|---|" + "---|" * len(cols))

@@ -1,14 +1,14 @@
 """`pods paper download | manifest | import | figures`: the authors'-data side's command line."""
 from __future__ import annotations
 
-
 import yaml
 
-from pods.study.tables import to_markdown
 from pods.atomic import atomic_write_text
 from pods.paper.figures import PAPER_FIGURES, build_paper_outputs
 from pods.paper.importer import import_release
 from pods.paper.release import MANIFEST, RELEASE_COMMIT, download_release, load_manifest, make_manifest
+from pods.study.tables import to_markdown
+
 
 # --------------------------------------------------------------------------------------------
 # CLI

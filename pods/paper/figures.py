@@ -10,14 +10,13 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from pods.study import analysis, plots, verdict
-
-from pods.study.curves import load_runs, mean_curve, regular_grid, time_to_target
-
-from pods.study.tables import summary_markdown, write_csv
-from pods.vocabulary import parse_method
 from pods.atomic import atomic_write_text
 from pods.paper.release import setting_method, setting_prefix
+from pods.study import analysis, plots, verdict
+from pods.study.curves import load_runs, mean_curve, regular_grid, time_to_target
+from pods.study.tables import summary_markdown, write_csv
+from pods.vocabulary import parse_method
+
 
 # --------------------------------------------------------------------------------------------
 # The paper's figures and tables, with our analysis and plots

@@ -13,11 +13,21 @@ import numpy as np
 import pandas as pd
 
 from pods import runs as runfiles
-from pods.vocabulary import RUN_KEY, method_for, parse_method, run_path
 from pods.atomic import atomic_write_text, write_json, write_yaml
-from pods.paper.release import (CLUSTERS, FAMILIES, RELEASE_COMMIT, RELEASE_REPO,
-                                RUNS_PER_SETTING, SINGLE_GPU_HARDWARE, SINGLE_GPU_SETTINGS,
-                                Cluster, Family, setting_method, setting_prefix)
+from pods.paper.release import (
+    CLUSTERS,
+    FAMILIES,
+    RELEASE_COMMIT,
+    RELEASE_REPO,
+    RUNS_PER_SETTING,
+    SINGLE_GPU_HARDWARE,
+    SINGLE_GPU_SETTINGS,
+    Cluster,
+    Family,
+    setting_method,
+    setting_prefix,
+)
+from pods.vocabulary import RUN_KEY, method_for, parse_method, run_path
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 WANDB_COLUMN_RE = re.compile(

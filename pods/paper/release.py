@@ -12,8 +12,8 @@ from typing import Mapping
 
 import yaml
 
-from pods.vocabulary import method_for
 from pods.atomic import atomic_write_bytes, atomic_write_text
+from pods.vocabulary import method_for
 
 RELEASE_REPO = "YixuanEvenXu/pods"
 RELEASE_COMMIT = "187f43b648f69385103029c2dd0934521e17bb71"

@@ -54,14 +54,22 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from pods.study import stats, verdict
 from pods.atomic import atomic_write_text
-from pods.vocabulary import parse_method
+from pods.study import stats, verdict
+from pods.study.curves import (
+    AXES,
+    DEFAULT_ALIGN,
+    RUN_KEYS,
+    default_grid,
+    load_runs,
+    regular_grid,
+    seed_matrix,
+    step_time_table,
+)
 from pods.study.schema import load_schema, validate
-from pods.vocabulary import STEP_PHASES as PHASES
-from pods.study.curves import (AXES, DEFAULT_ALIGN, RUN_KEYS, default_grid, load_runs, regular_grid, seed_matrix,
-                               step_time_table)
 from pods.study.tables import summary_markdown, to_markdown, verdict_table, write_csv
+from pods.vocabulary import STEP_PHASES as PHASES
+from pods.vocabulary import parse_method
 
 
 # --------------------------------------------------------------------------------------------
@@ -133,7 +141,8 @@ def _arm(evals: pd.DataFrame, comp: Mapping, method: str) -> pd.DataFrame:
         rows = rows[rows["seed"].isin(comp["seeds"])]
     if rows.empty:
         raise ValueError(f"no evaluations for {comp['benchmark']}/{comp['hardware']}/{method}")
-    return on_axis(select_eval_set(rows, comp["benchmark"], comp.get("eval_set")), comp.get("axis", verdict.DEFAULT_AXIS))
+    return on_axis(select_eval_set(rows, comp["benchmark"], comp.get("eval_set")), comp.get("axis",
+                                                                                            verdict.DEFAULT_AXIS))
 
 
 def comparison_grid(comp: Mapping, base: pd.DataFrame, meth: pd.DataFrame) -> np.ndarray:
@@ -283,7 +292,8 @@ def summarize_study(study: Sequence[Mapping], evals: pd.DataFrame, steps: pd.Dat
         for row in rows:
             row.update(apriori_power(row))
     table = pd.DataFrame.from_records(rows)
-    return table[[c for c in SUMMARY_COLUMNS if c in table.columns] + [c for c in table.columns if c not in SUMMARY_COLUMNS]]
+    return table[[c for c in SUMMARY_COLUMNS if c in table.columns]
+                 + [c for c in table.columns if c not in SUMMARY_COLUMNS]]
 
 
 def step_cost_log_se(comp: Mapping, summaries: pd.DataFrame | None) -> float:

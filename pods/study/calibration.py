@@ -22,8 +22,8 @@ pooled over a study's comparisons by Fisher's z: four seeds give one comparison'
 What it cannot capture: seeds that split into groups (a bimodal arm: some seeds take off, some do
 not), noise that changes with the curve's own level beyond sd(t), curves of a shape the
 monotone mean does not have (a peak, then a fall), a pairing that differs between comparisons of
-one study, and the discreteness of accuracy on a finite test set. Truths are computed on the model's means, so "coverage" is coverage of the
-population quantity the endpoint estimates.
+one study, and the discreteness of accuracy on a finite test set. Truths are computed on the model's
+means, so "coverage" is coverage of the population quantity the endpoint estimates.
 
 Scenarios: "fitted" (each arm from its own model: coverage, power) and "identical" (both arms
 from the baseline's model: the truth is no difference, so every decision is a false one).
@@ -128,7 +128,8 @@ def fit_arm(t: np.ndarray, curves: np.ndarray, rho: float, phi: float, tails: st
     return ArmModel(np.asarray(t, float), mean, sd, rho, phi, tails)
 
 
-def fit_comparison(t: np.ndarray, base: np.ndarray, meth: np.ndarray, tails: str = "normal") -> tuple[ArmModel, ArmModel]:
+def fit_comparison(t: np.ndarray, base: np.ndarray, meth: np.ndarray, tails: str = "normal") -> tuple[ArmModel,
+                                                                                                      ArmModel]:
     """Models of both arms (curves [seeds, grid] on grid t); the correlation pooled over the two."""
     rho, phi = fit_correlation([base - base.mean(axis=0), meth - meth.mean(axis=0)])
     return fit_arm(t, base, rho, phi, tails), fit_arm(t, meth, rho, phi, tails)
@@ -251,10 +252,10 @@ def calibrate(comparisons: list[dict], seeds=(4, 10, 30), studies: int = 200, bo
                 rows.append(row)
     table = pd.DataFrame(rows)
     # power: deciding in the truth's direction under the fitted model; the null's decisions are false
+    truth_up = table.apply(lambda r: (math.log(r.truth) if verdict.ENDPOINTS[r.endpoint].log_scale
+                                      else r.truth) > 0, axis=1)
     table["power"] = np.where(table["scenario"] == "fitted",
-                              np.where(table.apply(lambda r: (math.log(r.truth) if verdict.ENDPOINTS[r.endpoint].log_scale
-                                                              else r.truth) > 0, axis=1),
-                                       table["decide_up"], table["decide_down"]), np.nan)
+                              np.where(truth_up, table["decide_up"], table["decide_down"]), np.nan)
     return table
 
 
@@ -307,13 +308,16 @@ def choose_interval(table: pd.DataFrame, endpoint: str, seeds: int) -> tuple[str
         fitted, null = g[g["scenario"] == "fitted"], g[g["scenario"] == "identical"]
         false = float(np.nanmax(np.r_[null["decide_up"].to_numpy(float), null["decide_down"].to_numpy(float)]))
         summary.append({"endpoint": endpoint, "seeds": seeds, "interval_method": method,
-                        "coverage_min": float(np.nanmin(g["coverage"])), "coverage_median": float(np.nanmedian(g["coverage"])),
+                        "coverage_min": float(np.nanmin(g["coverage"])),
+                        "coverage_median": float(np.nanmedian(g["coverage"])),
                         "coverage_max": float(np.nanmax(g["coverage"])), "false_side_max": false,
                         "power_median": float(np.nanmedian(fitted["power"]))})
     summary = pd.DataFrame(summary).sort_values("power_median", ascending=False, kind="stable")
-    valid = (summary["coverage_min"] >= COVERAGE_BAND[0] - se_cover) & (summary["false_side_max"] <= FALSE_SIDE + se_false)
+    valid = ((summary["coverage_min"] >= COVERAGE_BAND[0] - se_cover)
+             & (summary["false_side_max"] <= FALSE_SIDE + se_false))
     # the median is one number, not a worst cell: two Monte-Carlo standard errors
-    summary["meets_rule"] = valid & (summary["coverage_median"] <= COVERAGE_BAND[1] + 2 * math.sqrt(0.95 * 0.05 / studies))
+    median_ok = summary["coverage_median"] <= COVERAGE_BAND[1] + 2 * math.sqrt(0.95 * 0.05 / studies)
+    summary["meets_rule"] = valid & median_ok
     for column in ("meets_rule",):
         if summary[column].any():
             return str(summary[summary[column]]["interval_method"].iloc[0]), summary
@@ -436,7 +440,8 @@ def calibration_markdown(table: pd.DataFrame) -> str:
              "coverage (identical) | false up | false down | power |", "|" + "---|" * 11]
     fitted = table[table["scenario"] == "fitted"].set_index(["comparison", "endpoint", "interval_method", "seeds"])
     null = table[table["scenario"] == "identical"].set_index(["comparison", "endpoint", "interval_method", "seeds"])
-    f = lambda v, d=3: "" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.{d}f}"  # noqa: E731
+    f = lambda v, d=3: "" if v is None or (isinstance(v,
+                                                      float) and not math.isfinite(v)) else f"{v:.{d}f}"  # noqa: E731
     for key, r in fitted.iterrows():
         n = null.loc[key] if key in null.index else None
         lines.append("| " + " | ".join([

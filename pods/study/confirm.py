@@ -34,7 +34,8 @@ def plan_order(design: pd.DataFrame, seeds: int) -> dict[str, list[tuple]]:
     confirmation's capped seed count, the endpoint's declared minimum effect and the exploratory
     study's per-seed SD (`unit_sd` of its summary). Ties keep the exploratory study's row order."""
     order: dict[str, list[tuple]] = {}
-    primaries = design[(design["role"] == "primary") & design.get("axis", pd.Series("time", index=design.index)).isin(verdict.CLOCKS)]
+    primaries = design[(design["role"] == "primary") & design.get("axis", pd.Series("time",
+                                                                                    index=design.index)).isin(verdict.CLOCKS)]
     for question, rows in primaries.groupby("question", sort=True):
         e = verdict.PRIMARY[question]
         scored = []
@@ -64,11 +65,13 @@ def look_z(summary: pd.DataFrame, order: Mapping[str, Sequence[tuple]]) -> dict[
     for question, keys in order.items():
         e = verdict.PRIMARY[question]
         rows = {_key(r): r for r in summary[(summary["endpoint"] == e.name)
-                                            & summary.get("axis", pd.Series("time", index=summary.index)).isin(verdict.CLOCKS)].to_dict("records")}
+                                            & summary.get("axis", pd.Series("time",
+                                                                            index=summary.index)).isin(verdict.CLOCKS)].to_dict("records")}
         z = []
         for key in keys:
             r = rows.get(key)
-            if r is None or not math.isfinite(r.get("p_value", math.nan)) or not math.isfinite(r.get("estimate", math.nan)):
+            if r is None or not math.isfinite(r.get("p_value", math.nan)) or not math.isfinite(r.get("estimate",
+                                                                                                     math.nan)):
                 z.append(math.nan)
                 continue
             effect = math.log(r["estimate"]) if e.log_scale else r["estimate"]
@@ -126,7 +129,8 @@ def confirmation_markdown(table: pd.DataFrame, finished_now: bool) -> str:
     last = table[table["look"] == table["look"].max()]
     lines = [f"## Confirmation after look {int(last['look'].iloc[0])} ({int(last['pairs'].iloc[0])} seed pairs): "
              + ("finished" if finished_now else "continues with the next batch of seeds"), "",
-             "| question | position | benchmark | design | baseline | method | z | boundary | verdict | decided at look |",
+             "| question | position | benchmark | design | baseline | method | z | boundary | verdict | decided at "
+             "look |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in last.to_dict("records"):
         lines.append(f"| {r['question']} | {r['position']} | {r['benchmark']} | {r['design']} | {r['baseline']} | "

@@ -9,7 +9,6 @@
 """
 from __future__ import annotations
 
-
 import math
 import os
 from pathlib import Path
@@ -19,9 +18,9 @@ import numpy as np
 import pandas as pd
 
 from pods import runs as runfiles
-from pods.vocabulary import RUN_GLOB, RUN_KEY
-from pods.study import stats
 from pods.registry import Registry
+from pods.study import stats
+from pods.vocabulary import RUN_GLOB, RUN_KEY
 from pods.vocabulary import STEP_PHASES as PHASES
 
 RUN_KEYS = list(RUN_KEY)  # the run-directory components, as the tables' first columns

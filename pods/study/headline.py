@@ -92,7 +92,8 @@ def bottom_line(rows: Sequence[Mapping], *, tables: Sequence[str] = (), runs_tot
         lines.append(f"  runs: {runs_total} in the study, {reused} re-used as finished before this command, "
                      f"{runs_total - reused} trained now" + (f"; tables {analysis}" if analysis else ""))
     decided = [r for r in primary if _decision(r).lower() not in UNDECIDED]
-    per_question = ", ".join(f"({q}) {sum(r['question'] == q for r in decided)} of {sum(r['question'] == q for r in primary)}"
+    per_question = ", ".join(f"({q}) {sum(r['question'] == q for r in decided)} of "
+                             f"{sum(r['question'] == q for r in primary)}"
                              for q in questions)
     lines.append(f"  decided: {len(decided)} of {len(primary)} primary endpoints after the adjustment ({per_question})")
     for q in questions:
@@ -102,7 +103,8 @@ def bottom_line(rows: Sequence[Mapping], *, tables: Sequence[str] = (), runs_tot
             or QUESTION_WORDS.get(q, f"question {q}")
         if q == "a":  # the paper's claim: PODS against vanilla GRPO on the training clock
             claimed = [r for r in shown if (r.get("axis") or "time") == "time"
-                       and str(r.get("baseline", "grpo")).startswith("grpo") and str(r.get("method", "pods")).startswith("pods")]
+                       and str(r.get("baseline", "grpo")).startswith("grpo") and str(r.get("method",
+                                                                                           "pods")).startswith("pods")]
             reach = sum(_number(r.get("estimate")) >= PAPER_CLAIM for r in claimed)
             words += (f"; the paper claims >= {PAPER_CLAIM}x for PODS over GRPO: {reach} of {len(claimed)} "
                       f"such estimates on the training clock reach it")

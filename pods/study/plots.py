@@ -29,11 +29,18 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from pods.study import analysis, stats, verdict  # noqa: E402
-
-from pods.study.curves import ALIGNERS, DEFAULT_ALIGN, RUN_KEYS, check_columns, default_grid, isotonic_fit, load_runs, mean_curve  # noqa: E402
-
-from pods.study.tables import _fmt  # noqa: E402
+from pods.study.curves import (  # noqa: E402
+    ALIGNERS,
+    DEFAULT_ALIGN,
+    RUN_KEYS,
+    check_columns,
+    default_grid,
+    isotonic_fit,
+    load_runs,
+    mean_curve,
+)
 from pods.study.expansion import PLOT_KINDS  # noqa: E402
+from pods.study.tables import _fmt  # noqa: E402
 from pods.vocabulary import DESIGNS, parse_method  # noqa: E402
 
 # Paul Tol's colours as the paper uses them, softened the same way; GRPO first (red)

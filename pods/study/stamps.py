@@ -41,7 +41,8 @@ def contents(stamp: str | os.PathLike, inputs: Iterable[str | os.PathLike], para
     rule's parameters as JSON."""
     folder = Path(stamp).parent
     files = {os.path.relpath(Path(p).absolute(), folder.absolute()): file_digest(p) for p in inputs}
-    return {"inputs": dict(sorted(files.items())), "params": json.loads(json.dumps(params or {}, sort_keys=True, default=str))}
+    return {"inputs": dict(sorted(files.items())), "params": json.loads(json.dumps(params or {}, sort_keys=True,
+                                                                                   default=str))}
 
 
 def write(stamp: str | os.PathLike, inputs: Iterable[str | os.PathLike], params: Mapping | None = None) -> None:

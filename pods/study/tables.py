@@ -3,7 +3,6 @@ the secondary endpoints, every row), the decomposition of our speedups beside th
 projections onto other hardware, and CSV output."""
 from __future__ import annotations
 
-
 import math
 import os
 from pathlib import Path
@@ -11,8 +10,8 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
-from pods.study import stats, verdict
 from pods.atomic import atomic_write_text
+from pods.study import stats, verdict
 from pods.vocabulary import parse_method
 
 
@@ -141,7 +140,8 @@ def secondary_table(table: pd.DataFrame) -> pd.DataFrame:
     return _one_axis_hidden(pd.DataFrame.from_records(rows))
 
 
-SUMMARY_MD_COLUMNS = ["name", "benchmark", "design", "axis", "baseline", "method", "endpoint", "role", "target_accuracy",
+SUMMARY_MD_COLUMNS = ["name", "benchmark", "design", "axis", "baseline", "method", "endpoint", "role",
+                      "target_accuracy",
                       "plateau", "t_baseline_s", "t_method_s", "estimate", "ci_low", "ci_high", "interval_method",
                       "p_value", "p_adjusted", "verdict", "verdict_adjusted", "seeds_for_power", "steps_baseline",
                       "steps_method", "step_efficiency", "step_cost_ratio", "s_per_step_baseline",

@@ -26,8 +26,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pods.study import stats
 from pods.registry import Registry
+from pods.study import stats
 
 MULTIPLICITY = "holm"   # stats.ADJUSTMENTS: family-wise error over each question's primary endpoints
 QUESTIONS = {
@@ -178,7 +178,8 @@ def _time_endpoint(e: Endpoint, t, base: Arm, meth: Arm, picks, fixed, paired: b
                       step_cost_ratio=float(cost))
         for name, est, reps_ in (("step_efficiency", eff, eff_reps), ("step_cost_ratio", cost, cost_reps)):
             band = stats.expanded(stats.safe_log(reps_[np.isfinite(reps_)])[None, :], np.log([est]), k, paired)
-            record[f"{name}_ci_low"], record[f"{name}_ci_high"] = float(np.exp(band.low[0])), float(np.exp(band.high[0]))
+            record[f"{name}_ci_low"] = float(np.exp(band.low[0]))
+            record[f"{name}_ci_high"] = float(np.exp(band.high[0]))
     return record
 
 
@@ -190,7 +191,8 @@ def _seed_endpoint(e: Endpoint, t, base: Arm, meth: Arm, paired: bool = False) -
     k = min(len(v_b), len(v_m))
     unit_sd = (float(np.std(v_m - v_b, ddof=1)) if paired else
                float(np.sqrt((np.var(v_b, ddof=1) + np.var(v_m, ddof=1)) / 2))) if k > 1 else math.nan
-    return {"interval_method": test, "unit_sd": unit_sd, "estimate": float(diff), "accuracy_diff": float(diff), "accuracy_baseline": float(v_b.mean()),
+    return {"interval_method": test, "unit_sd": unit_sd, "estimate": float(diff), "accuracy_diff": float(diff),
+            "accuracy_baseline": float(v_b.mean()),
             "accuracy_method": float(v_m.mean()), "ci_low": float(interval.low), "ci_high": float(interval.high),
             "p_value": float(interval.p_value)}
 
@@ -238,7 +240,8 @@ def compare(t: np.ndarray, base: Arm, meth: Arm, endpoints=None, n_boot: int = 2
     rng = np.random.default_rng(seed)
     if paired:
         if len(base.curves) != len(meth.curves):
-            raise ValueError(f"paired arms need one run per seed in each, got {len(base.curves)} and {len(meth.curves)}")
+            raise ValueError(f"paired arms need one run per seed in each, got {len(base.curves)} and "
+                             f"{len(meth.curves)}")
         joint = _resamples(rng, len(base.curves), n_boot)
         picks = (joint, joint)
     else:
@@ -314,7 +317,8 @@ def adjust_family(rows: list[dict], method: str = MULTIPLICITY) -> list[dict]:
                 above, below = e.words
                 r["p_adjusted"] = float(q)
                 r["multiplicity"] = f"{method} over {len(family)}"
-                r["verdict_adjusted"] = "undecided" if q >= stats.ALPHA else (above if r["estimate"] > e.null else below)
+                r["verdict_adjusted"] = ("undecided" if q >= stats.ALPHA
+                                         else above if r["estimate"] > e.null else below)
     return rows
 
 

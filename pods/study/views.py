@@ -15,11 +15,18 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from pods.atomic import atomic_write_text
 from pods.study import calibration, plots, stats, verdict
 from pods.study.analysis import comparison_arms, comparison_label, comparison_paired, load_study
 from pods.study.curves import load_runs
-from pods.study.tables import cost_sources, decomposition_table, projection_table, read_summary_table, to_markdown, write_csv
-from pods.atomic import atomic_write_text
+from pods.study.tables import (
+    cost_sources,
+    decomposition_table,
+    projection_table,
+    read_summary_table,
+    to_markdown,
+    write_csv,
+)
 
 PROFILE_COLUMNS = ["comparison", "benchmark", "hardware", "design", "baseline", "method", "level",
                    "t_baseline_s", "t_method_s", "speedup", "ci_low", "ci_high"]
@@ -64,8 +71,9 @@ def verdict_views(runs, study_path, out_dir, figures_dir, studies: int = 200, bo
         # minutes of simulation: only when a curve, a setting or the harness's code changed
         table = calibration.calibrate(comps, seeds=seeds, studies=studies, boot=boot, seed=seed)
         write_csv(table, out_dir / "calibration.csv")
-        atomic_write_text(recorded, f"## Calibration of every endpoint ({studies} simulated studies per cell, {boot} "
-                                    f"resamples; docs/verdict.md)\n\n{stamp}\n\n" + calibration.calibration_markdown(table))
+        heading = (f"## Calibration of every endpoint ({studies} simulated studies per cell, {boot} "
+                   f"resamples; docs/verdict.md)")
+        atomic_write_text(recorded, f"{heading}\n\n{stamp}\n\n" + calibration.calibration_markdown(table))
     written = [out_dir / "speedup_profile.csv", out_dir / "calibration.csv", out_dir / "calibration.md"]
     written += plots.speedup_profile_figure(profile, figures_dir / "speedup_profile",
                                             labels=[c["label"] for c in comps])

@@ -11,7 +11,6 @@ from typing import Any, Mapping, Sequence
 
 from pods.vocabulary import RUN_LAYOUT, kept_rule, method_for
 
-
 # --- the training configuration ------------------------------------------------------------------
 PRECISIONS = ("fp32", "bf16", "fp16")
 NORMALIZE_OVER = ("kept", "all")

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Sequence
 
 from pods.atomic import atomic_write_text
-from pods.training.cost_clock import read_step_costs  # noqa: F401  (the file's reader, beside its writer)
 from pods.runs import read_jsonl
+from pods.training.cost_clock import read_step_costs  # noqa: F401  (the file's reader, beside its writer)
 from pods.training.timing import STEP_PHASES
 from pods.vocabulary import parse_method
 
@@ -84,7 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, default=None, help="YAML file of TrainConfig keys shared by the arms")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="TrainConfig keys shared by the arms")
     parser.add_argument("--methods", required=True, help="comma-separated method names (grpo-n16-m16,...)")
-    parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds (>= 2: the standard error's replicates)")
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="interleaved rounds (>= 2: the standard error's replicates)")
     parser.add_argument("--steps", type=int, default=6, help="timed steps per arm and round")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps before them")
     parser.add_argument("--out", type=Path, required=True, help="JSON file to write")

@@ -27,10 +27,22 @@ import torch
 
 import pods.training.checkpoint as ckpt
 from pods.atomic import read_yaml, write_json, write_yaml
+from pods.runs import (
+    RUN_FILES,
+    RunDirError,
+    RunFailed,
+    RunFileError,
+    RunLock,
+    append_jsonl,
+    build_summary,
+    describe_holder,
+    produced_files,
+    read_jsonl,
+    read_summary,
+    truncate_jsonl,
+)
 from pods.training.config import TrainConfig
 from pods.training.distributed import all_sum, barrier, world
-from pods.runs import (RUN_FILES, RunDirError, RunFailed, RunLock, append_jsonl, build_summary, describe_holder,
-                       produced_files, read_jsonl, read_summary, RunFileError, truncate_jsonl)
 from pods.training.tracking import FOLDER as TRACKING
 from pods.training.tracking import REPORTING_KEYS, Tracker, hardware_profile
 

@@ -21,7 +21,6 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-
 FOLDER = "tracking"  # in the run directory
 # TrainConfig keys that say where a run reports, not what it trains: a resumed run may change them
 REPORTING_KEYS = ("report_to",)

@@ -25,20 +25,20 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from pods.training.batches import Rollouts, UpdateBatch
-from pods.training.cost_clock import on_cost_clock
-from pods.training.config import TrainConfig, config_help, load_train_config
-from pods.training.distributed import all_sum, gather_batch, world
-from pods.training.evaluation import EvalSet, evaluate
 from pods.grpo import kept_advantages
-from pods.training.rollout import make_rollout_engine
-from pods.training.rollout.base import RolloutEngine, encode_prompts
-from pods.training.groups import PromptStream, dynamic_sample, kept_rows, score, zero_variance_frac
-from pods.training.rundir import Progress, RunDirectory, budget_spent, set_rng_state
 from pods.runs import RunInterrupted, StepRecord, step_record
 from pods.selection import select
-from pods.training.timing import Heartbeat, PhaseTimer, TrainClock
+from pods.training.batches import Rollouts, UpdateBatch
+from pods.training.config import TrainConfig, config_help, load_train_config
+from pods.training.cost_clock import on_cost_clock
+from pods.training.distributed import all_sum, gather_batch, world
+from pods.training.evaluation import EvalSet, evaluate
+from pods.training.groups import PromptStream, dynamic_sample, kept_rows, score, zero_variance_frac
+from pods.training.rollout import make_rollout_engine
+from pods.training.rollout.base import RolloutEngine, encode_prompts
+from pods.training.rundir import Progress, RunDirectory, budget_spent, set_rng_state
 from pods.training.tasks.base import Task
+from pods.training.timing import Heartbeat, PhaseTimer, TrainClock
 from pods.training.update import UpdateEngine, make_update_engine
 
 if TYPE_CHECKING:  # transformers loads with the model (build_parts), not with this module

@@ -9,11 +9,11 @@ import re
 import subprocess
 import sys
 import textwrap
-import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import pytest
+import tomllib
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -155,8 +155,10 @@ def test_the_distribution_has_a_name_of_its_own_and_no_install_line_names_pypis_
     assert PYPROJECT["description"].startswith(cli.SUMMARY)
     bad = []
     for path in [REPO / "README.md", REPO / "environment.yml", *(REPO / "docs").glob("*.md"),
-                 *(REPO / "pods").rglob("*.py"), *(REPO / "config").rglob("*.yaml"), *(REPO / "profiles").rglob("*.yaml"),
-                 *(REPO / "scripts").glob("*.sh"), *(REPO / "benchmarks").rglob("*.sh"), *(REPO / "examples").glob("*.py")]:
+                 *(REPO / "pods").rglob("*.py"), *(REPO / "config").rglob("*.yaml"),
+                 *(REPO / "profiles").rglob("*.yaml"),
+                 *(REPO / "scripts").glob("*.sh"), *(REPO / "benchmarks").rglob("*.sh"),
+                 *(REPO / "examples").glob("*.py")]:
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if re.search(r"pip install[^`|&;]*?[\s'\"]pods(\[|[\s'\"`]|$)", line):
                 bad.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")

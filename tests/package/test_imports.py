@@ -8,7 +8,6 @@ import textwrap
 
 from import_graph import PACKAGE_ROOMS, REPO, ROOMS_DOC, cycles, import_graph, room_of, rooms, violations
 
-
 # --- the package ---------------------------------------------------------------------------------
 GRAPH = import_graph(REPO / "pods")
 PLACED = rooms(ROOMS_DOC.read_text())

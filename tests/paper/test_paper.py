@@ -26,14 +26,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from pods.study import analysis
-
-from pods.study.curves import find_runs, load_evals, load_runs, load_summaries
-from pods.paper import figures, importer, release
-from pods.cli import main as pods_main
-from pods.runs import read_jsonl
-
 from helpers import run_at
+from pods.cli import main as pods_main
+from pods.paper import figures, importer, release
+from pods.runs import read_jsonl
+from pods.study import analysis
+from pods.study.curves import find_runs, load_evals, load_runs, load_summaries
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE = Path(os.environ.get("PODS_PAPER_RESULTS", ROOT.parent / "shared" / "paper-results"))
@@ -495,7 +493,8 @@ def test_math_seconds_per_step_equal_the_paper(release_tables):
 
 def test_the_analysis_summary_of_the_imported_runs_gives_the_same_speedups(release_tables, tmp_path):
     study = [{"benchmark": "gsm8k", "hardware": "l40s-lora", "design": "equal_update", "baseline": "grpo-n16-m16",
-              "method": "pods-max_variance-n64-m16", "eval_set": "gsm8k", "grid_s": 1800, "t_max_s": 21600, "pairing": "none"},
+              "method": "pods-max_variance-n64-m16", "eval_set": "gsm8k", "grid_s": 1800, "t_max_s": 21600,
+              "pairing": "none"},
              {"benchmark": "gsm8k", "hardware": "h100x8-zero2", "design": "equal_generation",
               "baseline": "grpo-n32-m32", "method": "pods-max_variance-n128-m32", "grid_s": 120, "t_max_s": 1800,
               "align": "nearest", "pairing": "none"}]

@@ -2,17 +2,17 @@
 name is refused, and an unknown name lists the names there are."""
 import pytest
 
-from pods.study.curves import ALIGNERS
 from pods.grpo import LOSS_AGGREGATIONS
 from pods.registry import Registry
-from pods.training.rollout import ROLLOUT_ENGINES
 from pods.selection import SELECTION_RULES
-from pods.study.stats import ADJUSTMENTS, BOOTSTRAP_INTERVALS, SEED_STATISTICS, TIME_RULES
+from pods.study.curves import ALIGNERS
 from pods.study.hardware import LAUNCHERS
+from pods.study.stats import ADJUSTMENTS, BOOTSTRAP_INTERVALS, SEED_STATISTICS, TIME_RULES
+from pods.study.verdict import ENDPOINTS
+from pods.training.rollout import ROLLOUT_ENGINES
 from pods.training.tasks import TASKS
 from pods.training.tasks.rewards import METRICS, REWARDS
 from pods.training.update import UPDATE_ENGINES
-from pods.study.verdict import ENDPOINTS
 
 REGISTRIES = [SELECTION_RULES, LOSS_AGGREGATIONS, ROLLOUT_ENGINES, UPDATE_ENGINES, TASKS, REWARDS, METRICS,
               LAUNCHERS, ALIGNERS, TIME_RULES, SEED_STATISTICS, BOOTSTRAP_INTERVALS, ADJUSTMENTS, ENDPOINTS]

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from helpers import TOY, pods_train, run_at
-from pods.study.curves import find_runs
 from pods import cli, runs
 from pods.runs import read_jsonl
+from pods.study.curves import find_runs
 from pods.vocabulary import RUN_LAYOUT, run_path
 
 TESTS = Path(__file__).resolve().parents[1]  # the tests folder (helpers.py, conftest.py)

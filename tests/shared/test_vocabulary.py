@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from pods.vocabulary import (DESIGNS, METHOD_PATTERN, RUN_GLOB, Arm, Design, Method, method_for, method_name,
-                             parse_method, parse_run_path, run_path)
+from pods.vocabulary import (
+    DESIGNS,
+    METHOD_PATTERN,
+    RUN_GLOB,
+    Arm,
+    Design,
+    Method,
+    method_for,
+    method_name,
+    parse_method,
+    parse_run_path,
+    run_path,
+)
 
 
 def test_the_run_layout_and_its_inverse():

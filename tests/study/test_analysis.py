@@ -10,10 +10,31 @@ import pytest
 import yaml
 
 from helpers import make_study_runs, write_run
-from pods.study import analysis, verdict
-from pods.study.curves import EVAL_COLUMNS, Target, align_to_grid, default_grid, find_runs, isotonic_fit, load_evals, load_runs, mean_curve, seed_matrix, time_to_target
-from pods.study.tables import _fmt, _seeds_text, cost_sources, decomposition_table, projection_table, read_cost_file, read_summary_table, summary_markdown
 from pods.cli import main as pods_main
+from pods.study import analysis, verdict
+from pods.study.curves import (
+    EVAL_COLUMNS,
+    Target,
+    align_to_grid,
+    default_grid,
+    find_runs,
+    isotonic_fit,
+    load_evals,
+    load_runs,
+    mean_curve,
+    seed_matrix,
+    time_to_target,
+)
+from pods.study.tables import (
+    _fmt,
+    _seeds_text,
+    cost_sources,
+    decomposition_table,
+    projection_table,
+    read_cost_file,
+    read_summary_table,
+    summary_markdown,
+)
 
 
 # --------------------------------------------------------------------------------------------

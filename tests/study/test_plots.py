@@ -6,9 +6,9 @@ import pytest
 import yaml
 
 from helpers import make_study_runs
+from pods.cli import main as pods_main
 from pods.study import analysis, plots
 from pods.study.curves import curve_from_matrix, load_runs, load_steps
-from pods.cli import main as pods_main
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

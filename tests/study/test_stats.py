@@ -58,7 +58,8 @@ def test_expanded_interval_uses_hesterbergs_quantile_and_t_boot_its_sd():
     tail = sps.norm.cdf(-math.sqrt(k / (k - 1)) * sps.t.ppf(0.975, 2 * k - 2))
     assert tail == pytest.approx(0.0024, abs=1e-4)   # far out from 0.025: the small-sample widening
     e = stats.expanded(reps, np.array([0.2]), k)
-    assert e.low[0] == pytest.approx(np.quantile(reps, tail)) and e.high[0] == pytest.approx(np.quantile(reps, 1 - tail))
+    assert e.low[0] == pytest.approx(np.quantile(reps, tail)) and e.high[0] == pytest.approx(np.quantile(reps,
+                                                                                                         1 - tail))
     p = stats.percentile(reps, np.array([0.2]), k)
     assert e.low[0] < p.low[0] and e.high[0] > p.high[0]
     tb = stats.t_boot(reps, np.array([0.2]), k)
@@ -188,7 +189,8 @@ COVER_LOW = 0.93 - 2 * math.sqrt(0.95 * 0.05 / STUDIES)
 @pytest.fixture(scope="module")
 def calibrated():
     """The declared primaries on a small synthetic paired population (arms correlated by seed)."""
-    table = calibration.calibrate([synthetic_population(1.6, seeds=8, seed=1, kappa=0.6)], seeds=(4, 10), studies=STUDIES,
+    table = calibration.calibrate([synthetic_population(1.6, seeds=8, seed=1, kappa=0.6)], seeds=(4, 10),
+                                  studies=STUDIES,
                                   boot=200, seed=11, endpoints=["gain_profile", "mean_accuracy"], progress=False)
     table.attrs["studies"] = STUDIES
     return table

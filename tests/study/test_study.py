@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pods.training import hub
-from pods.training.config import TrainConfig, load_train_config
-from pods.vocabulary import parse_method
 from pods.study.expansion import Run
 from pods.study.hardware import LAUNCHERS
 from pods.study.plan import Study
 from pods.study.schema import StudyError, load_study_config
+from pods.training import hub
+from pods.training.config import TrainConfig, load_train_config
+from pods.vocabulary import parse_method
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = ["config/smoke.yaml", "config/ablations.yaml", "config/decide.yaml", "config/large.yaml",

@@ -40,7 +40,9 @@ def test_a_run_on_the_cost_clock_trains_its_steps_and_logs_both_clocks(base, tmp
     cfg = config(base, tmp_path / "run", "n=8", "m=4", "max_train_time_s=2.4", "eval_every_s=1.0",
                  f"step_cost_file={costs}")
     resolved = on_cost_clock(cfg)
-    assert (resolved.max_steps, resolved.eval_every_steps, resolved.max_train_time_s, resolved.eval_every_s) == (5, 2, None, None)
+    assert (resolved.max_steps, resolved.eval_every_steps, resolved.max_train_time_s, resolved.eval_every_s) == (5, 2,
+                                                                                                                 None,
+                                                                                                                 None)
     assert (resolved.step_cost_s, resolved.step_cost_se) == (0.5, 0.01)
     summary = train(cfg, progress_bar=False, log_every_s=None)
     evals = read_jsonl(tmp_path / "run" / "evals.jsonl", finished=True)

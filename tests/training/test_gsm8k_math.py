@@ -8,7 +8,7 @@ from transformers import PreTrainedTokenizerFast
 
 from pods.training.tasks import get_task
 from pods.training.tasks.gsm8k import GSM8K
-from pods.training.tasks.math import MATH_SUBSETS, AMC23, Math500, MathTrain, load_split
+from pods.training.tasks.math import AMC23, MATH_SUBSETS, Math500, MathTrain, load_split
 from pods.training.tasks.rewards import SYSTEM_PROMPT
 
 CHATML = (

@@ -7,8 +7,8 @@ import json
 import pytest
 
 import hub_cache
-from pods.training import hub
 from pods.cli import main as pods_main
+from pods.training import hub
 
 QWEN = "Qwen/Qwen2.5-3B-Instruct"
 

@@ -75,7 +75,8 @@ def straight(base, tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine, stop", [("torch", signal.SIGKILL), ("lora", signal.SIGKILL), ("torch", signal.SIGTERM),
+@pytest.mark.parametrize("engine, stop", [("torch", signal.SIGKILL), ("lora", signal.SIGKILL), ("torch",
+                                                                                                signal.SIGTERM),
                                           ("torch", signal.SIGINT)],
                          ids=["torch-kill9", "lora-kill9", "torch-sigterm", "torch-ctrl-c"])
 def test_stopped_run_resumes_to_the_uninterrupted_curve(base, straight, tmp_path, engine, stop):
@@ -107,7 +108,8 @@ def test_stopped_run_resumes_to_the_uninterrupted_curve(base, straight, tmp_path
         from pods.runs import RunInterrupted
 
         name = signal.Signals(stop).name
-        assert proc.returncode == RunInterrupted.EXIT_CODES[name] == {"SIGTERM": 75, "SIGINT": 130}[name], stderr[-2000:]
+        assert proc.returncode == RunInterrupted.EXIT_CODES[name] == {"SIGTERM": 75,
+                                                                      "SIGINT": 130}[name], stderr[-2000:]
         assert f"pods train: interrupted: {tmp_path / 'stopped'}: {name}; stopped after step {stopped_at}" in stderr
         assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
         summary = json.loads((tmp_path / "stopped" / "summary.json").read_text())

@@ -196,13 +196,15 @@ def lively(model):
 
 def test_static_engine_greedy_equals_hf_engine(lively, tok):
     model, prompts = lively, encode_prompts(tok, TEXTS)
-    free = HFRolloutEngine(model=model, tokenizer=tok).generate(prompts, 1, temperature=1.0, max_new_tokens=12, greedy=True)
+    free = HFRolloutEngine(model=model, tokenizer=tok).generate(prompts, 1, temperature=1.0, max_new_tokens=12,
+                                                                greedy=True)
     candidates = sorted(set(free.completion_ids.flatten().tolist()))
     assert len(candidates) >= 2  # continuations that differ
     uneven = False
     for eos in [tok.eos_token_id, *candidates]:  # emitted tokens as "EOS" stop rows at different steps
         ids = Ids(tok.pad_token_id, eos)
-        want = HFRolloutEngine(model=model, tokenizer=ids).generate(prompts, 3, temperature=1.0, max_new_tokens=12, greedy=True)
+        want = HFRolloutEngine(model=model, tokenizer=ids).generate(prompts, 3, temperature=1.0, max_new_tokens=12,
+                                                                    greedy=True)
         engine = static_engine(model, ids)
         for _ in range(2):  # the second call reuses the engine's cache, emptied
             got = engine.generate(prompts, 3, temperature=1.0, max_new_tokens=12, greedy=True)
@@ -222,7 +224,8 @@ def test_static_engine_samples_the_tempered_distribution(model, tok):
     expected = torch.softmax(logits[0, len(prompt[0]) - 1].float() / 0.7, -1)
     freq = torch.bincount(first, minlength=len(expected)).double() / len(first)
     top = expected.argsort(descending=True)[:5]
-    assert ((freq[top] - expected[top]).abs() <= 5 * (expected[top] * (1 - expected[top]) / len(first)).sqrt() + 1e-3).all()
+    sd = (expected[top] * (1 - expected[top]) / len(first)).sqrt()
+    assert ((freq[top] - expected[top]).abs() <= 5 * sd + 1e-3).all()
     # the second token of the rows that drew the most frequent first token follows the model given that token
     token = int(top[0])
     rows = first == token
@@ -232,12 +235,15 @@ def test_static_engine_samples_the_tempered_distribution(model, tok):
     freq2 = torch.bincount(got.completion_ids[rows, 1], minlength=len(expected2)).double() / int(rows.sum())
     top2 = expected2.argsort(descending=True)[:3]
     n2 = int(rows.sum())
-    assert ((freq2[top2] - expected2[top2]).abs() <= 5 * (expected2[top2] * (1 - expected2[top2]) / n2).sqrt() + 1e-3).all()
+    sd2 = (expected2[top2] * (1 - expected2[top2]) / n2).sqrt()
+    assert ((freq2[top2] - expected2[top2]).abs() <= 5 * sd2 + 1e-3).all()
 
 
 @pytest.mark.slow
 def test_compiled_static_engine_greedy_equals_hf_engine(lively, tok):
     model, prompts = lively, encode_prompts(tok, TEXTS)
-    want = HFRolloutEngine(model=model, tokenizer=tok).generate(prompts, 4, temperature=1.0, max_new_tokens=10, greedy=True)
+    want = HFRolloutEngine(model=model, tokenizer=tok).generate(prompts, 4, temperature=1.0, max_new_tokens=10,
+                                                                greedy=True)
     got = static_engine(model, tok, compile=True).generate(prompts, 4, temperature=1.0, max_new_tokens=10, greedy=True)
-    assert torch.equal(got.completion_ids, want.completion_ids) and torch.equal(got.completion_mask, want.completion_mask)
+    assert torch.equal(got.completion_ids, want.completion_ids) and torch.equal(got.completion_mask,
+                                                                                want.completion_mask)

@@ -8,8 +8,8 @@ import pytest
 
 import pods.training.tracking
 from helpers import config, run_at
-from pods.training.config import load_train_config
 from pods.runs import read_jsonl
+from pods.training.config import load_train_config
 from pods.training.trainer import train
 from pods.vocabulary import RUN_LAYOUT
 
@@ -59,7 +59,8 @@ def assert_curves_equal_records(curves, prefix, records):
         assert [clock for _, _, clock in points] == pytest.approx([r["train_time_s"] for r in records], abs=1e-6)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None, reason="tensorboard not installed (the track extra)")
+@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None,
+                    reason="tensorboard not installed (the track extra)")
 def test_tensorboard_curves_equal_the_jsonl_and_resume_continues_them(base, tmp_path):
     run = run_at(tmp_path / "results" / "study" / "runs", "first_digit", "cpu", "grpo-n4-m4", 0)
     cfg = config(base, run, "n=4", "m=4", "max_steps=3", "eval_every_steps=2", "checkpoint_every_s=0",

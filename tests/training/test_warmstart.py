@@ -7,8 +7,9 @@ import torch
 
 from pods.cli import main
 from pods.training.models import load_policy
-from pods.training.warmstart_config import TUNED, WarmStartConfig, load_warmstart_config as load_config
 from pods.training.warmstart import pass_at_k, warmstart
+from pods.training.warmstart_config import TUNED, WarmStartConfig
+from pods.training.warmstart_config import load_warmstart_config as load_config
 
 TINY = dict(n_layer=2, d_model=32, n_head=2, batch_size=16, warmup_steps=2, eval_items=40,
             pass_items=8, pass_samples=4, eval_batch=64)

@@ -10,12 +10,12 @@ import pytest
 import yaml
 
 from pods.training.config import TrainConfig, load_train_config
-from pods.vocabulary import parse_method
 from pods.training.rollout import ROLLOUT_ENGINES
 from pods.training.rollout.vllm import VLLMOptions
 from pods.training.update import UPDATE_ENGINES
 from pods.training.update.deepspeed_engine import DeepSpeedOptions
 from pods.training.update.lora import LoraOptions
+from pods.vocabulary import parse_method
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_PROFILES = ["l40s-lora", "h100x8-zero2", "a100x8-zero2", "multinode"]

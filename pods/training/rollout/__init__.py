@@ -1,8 +1,8 @@
 """Rollout engines by name (the names: `pods.training.engines.ROLLOUT_ENGINES`)."""
 from __future__ import annotations
 
-from pods.training.batches import Rollouts
 from pods.registry import load
+from pods.training.batches import Rollouts
 from pods.training.engines import ROLLOUT_ENGINES
 from pods.training.rollout.base import RolloutEngine, encode_prompts
 
@@ -16,4 +16,5 @@ def make_rollout_engine(name: str, *, model, tokenizer, config) -> RolloutEngine
     return rollout_engine_class(name)(model=model, tokenizer=tokenizer, config=config)
 
 
-__all__ = ["ROLLOUT_ENGINES", "RolloutEngine", "Rollouts", "encode_prompts", "make_rollout_engine", "rollout_engine_class"]
+__all__ = ["ROLLOUT_ENGINES", "RolloutEngine", "Rollouts", "encode_prompts", "make_rollout_engine",
+           "rollout_engine_class"]

@@ -131,7 +131,8 @@ class VLLMRolloutEngine(RolloutEngine):
         self.sleeps = self.options.vllm_sleep and self.lora_rank is None
         if self.sleeps and not platform.is_sleep_mode_available():
             # vLLM refuses enable_sleep_mode there; nothing to give back to an update anyway
-            warnings.warn(f"vllm_sleep: vLLM has no sleep mode on this platform ({platform.device_name}); it stays awake")
+            warnings.warn(f"vllm_sleep: vLLM has no sleep mode on this platform ({platform.device_name}); it stays "
+                          f"awake")
             self.sleeps = False
         if self.sleeps:
             kwargs["enable_sleep_mode"] = True

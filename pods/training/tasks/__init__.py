@@ -15,8 +15,8 @@ from pods.registry import Registry
 from pods.training.tasks.arith import ChainArithmetic
 from pods.training.tasks.base import Problem, Task
 from pods.training.tasks.gsm8k import GSM8K
-from pods.training.tasks.reasoning_gym import ReasoningGymTask
 from pods.training.tasks.math import AMC23, Math500, MathTrain
+from pods.training.tasks.reasoning_gym import ReasoningGymTask
 
 TASKS: Registry[Callable[..., Task]] = Registry("benchmark", {
     "arith": partial(ChainArithmetic, name="arith", min_terms=3, max_terms=4, format_bonus=0.1),

@@ -1,8 +1,8 @@
 """Update engines by name (the names: `pods.training.engines.UPDATE_ENGINES`)."""
 from __future__ import annotations
 
-from pods.training.batches import UpdateBatch
 from pods.registry import load
+from pods.training.batches import UpdateBatch
 from pods.training.engines import UPDATE_ENGINES
 from pods.training.update.base import UpdateEngine
 

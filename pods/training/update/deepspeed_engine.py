@@ -61,7 +61,8 @@ def deepspeed_config(config, options: DeepSpeedOptions, world_size: int, rows_pe
     per_process = rows_per_step // world_size
     micro = min(config.micro_batch, per_process)
     accumulation = math.ceil(per_process / micro)
-    zero: dict = {"stage": options.deepspeed_zero_stage, "contiguous_gradients": True, "overlap_comm": torch.cuda.is_available()}
+    zero: dict = {"stage": options.deepspeed_zero_stage, "contiguous_gradients": True,
+                  "overlap_comm": torch.cuda.is_available()}
     if options.deepspeed_offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     return {

@@ -38,12 +38,15 @@ class LoraOptions(EngineOptions):
         if self.lora_alpha <= 0:
             raise ConfigError("lora_alpha", f"config key 'lora_alpha': must be > 0, got {self.lora_alpha}")
         if self.optimizer not in OPTIMIZERS:
-            raise ConfigError("optimizer", f"config key 'optimizer': must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+            raise ConfigError("optimizer",
+                              f"config key 'optimizer': must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         if not self.target_modules:
             raise ConfigError("lora_target_modules", "config key 'lora_target_modules': must name at least one module")
         for key, needed in (("load_in_4bit", self.load_in_4bit), ("optimizer", self.optimizer == "adamw_8bit")):
             if needed and importlib.util.find_spec("bitsandbytes") is None:
-                raise ConfigError(key, f"config key {key!r} needs bitsandbytes: pip install -e '.[gpu]' (or '.[dev]' on a CPU)")
+                raise ConfigError(key,
+                                  f"config key {key!r} needs bitsandbytes: pip install -e '.[gpu]' (or '.[dev]' on a "
+                                  f"CPU)")
         return self
 
     @property
@@ -98,7 +101,8 @@ class LoraUpdateEngine(TorchUpdateEngine):
         self.device = torch.device(config.device)
         if self.options.load_in_4bit:
             model = load_4bit(config.model_path() if hasattr(config, "model_path") else config.base_model, self.device)
-        self.policy = add_adapter(model.to(self.device) if not self.options.load_in_4bit else model, self.options, config.seed)
+        self.policy = add_adapter(model.to(self.device) if not self.options.load_in_4bit else model, self.options,
+                                  config.seed)
         self.policy.eval()  # no dropout in the base: the ratio and KL compare log-probs of the same weights
         params = [p for p in self.policy.parameters() if p.requires_grad]
         self.optimizer = make_optimizer(params, config, name=self.options.optimizer)
@@ -131,6 +135,7 @@ class LoraUpdateEngine(TorchUpdateEngine):
 
         result = set_peft_model_state_dict(self.policy, state["adapter"])
         if getattr(result, "unexpected_keys", None):
-            raise ValueError(f"checkpoint adapter does not fit this model: unexpected keys {result.unexpected_keys[:3]}")
+            raise ValueError(f"checkpoint adapter does not fit this model: unexpected keys "
+                             f"{result.unexpected_keys[:3]}")
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
