@@ -24,10 +24,12 @@ COMMANDS = {
     "fetch": ("pods.training.hub", "fetch a model or dataset from the hub once, into the hub cache and a local folder"),
     "warmstart": ("pods.training.warmstart_cli",
                   "supervised warm start of the tiny policy (the embedded base model), on the workflow's CPU kernels"),
-    "cost": ("pods.training.cost", "each arm's seconds per optimiser step on this machine, by an interleaved benchmark"),
+    "cost": ("pods.training.cost",
+             "each arm's seconds per optimiser step on this machine, by an interleaved benchmark"),
     "analyze": ("pods.study.analysis", "speedup table of a study over run directories"),
     "confirm": ("pods.study.confirm", "a confirmation's sequential decisions after its looks so far"),
-    "calibrate": ("pods.study.views:add_calibrate_arguments", "coverage, false decisions and power of every endpoint, by simulation"),
+    "calibrate": ("pods.study.views:add_calibrate_arguments",
+                  "coverage, false decisions and power of every endpoint, by simulation"),
     "project": ("pods.study.views:add_project_arguments",
                 "speedup = step efficiency / step cost beside the paper's, and projections onto other hardware"),
     "plot": ("pods.study.plots", "figures from run metrics (PNG + PDF)"),
@@ -57,7 +59,8 @@ def foreign_pods() -> str | None:
     if (other.metadata["Summary"] or "").startswith(SUMMARY):  # an install of this project made before its rename
         return None
     return (f"the unrelated distribution 'pods' {other.version} ({other.metadata['Summary']}) is installed and "
-            f"also imports as `pods`: pip uninstall pods, then reinstall {DISTRIBUTION} (pip install -e . in the checkout)")
+            f"also imports as `pods`: pip uninstall pods, then reinstall {DISTRIBUTION} (pip install -e . in the "
+            f"checkout)")
 
 
 def main(argv: list[str] | None = None) -> int:

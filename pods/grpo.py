@@ -66,7 +66,8 @@ def _numbers(values, what: str) -> torch.Tensor:
         return torch.as_tensor(values)
     except (TypeError, ValueError, RuntimeError):
         shown = str(np.asarray(values, dtype=object).tolist())[:80]
-        raise ValueError(f"{what} must be numbers of shape [groups, ...], got {type(values).__name__} {shown}") from None
+        raise ValueError(f"{what} must be numbers of shape [groups, ...], got {type(values).__name__} "
+                         f"{shown}") from None
 
 
 def _checked(rewards: torch.Tensor, kept: torch.Tensor, normalize_over: str) -> tuple[torch.Tensor, torch.Tensor]:

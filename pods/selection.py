@@ -11,7 +11,6 @@ rollouts in generation order.
 from __future__ import annotations
 
 import numbers
-
 from typing import Callable
 
 import numpy as np

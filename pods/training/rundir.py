@@ -163,7 +163,8 @@ class RunDirectory:
                   flush=True)
         # process 0 reports each record as it is appended to the JSONL files (resume: the same tracker run)
         self.tracker = Tracker(cfg.report_to if rank == 0 else [], run_dir, resume_step=progress.step, metadata={
-            "config": cfg.to_dict(), "provenance": self._origin, "hardware": hardware_profile(cfg.hardware, cfg.hardware_dir)})
+            "config": cfg.to_dict(), "provenance": self._origin, "hardware": hardware_profile(cfg.hardware,
+                                                                                              cfg.hardware_dir)})
         return progress, saved_rng
 
     # --- while it runs ----------------------------------------------------------------------------

@@ -339,7 +339,8 @@ def check_base_model(cfg: TrainConfig) -> None:
         from pods.training.warmstart_config import warmstart_command
 
         embedded = hasattr(task_class(cfg.benchmark), "worked_solution")  # a benchmark the package warm-starts
-        build = (f"; build it as the workflow does: {warmstart_command([f'benchmark={cfg.benchmark}', f'out_dir={base}'])}"
+        build = (f"; build it as the workflow does: "
+                 f"{warmstart_command([f'benchmark={cfg.benchmark}', f'out_dir={base}'])}"
                  if embedded else "")
         raise FileNotFoundError(f"base_model: no model folder at {base}{build}")
 

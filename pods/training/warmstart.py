@@ -30,7 +30,7 @@ from pods.training.evaluation import EvalSet, evaluate
 from pods.training.models import build_char_tokenizer, build_tiny_policy, n_params
 from pods.training.rollout.hf import HFRolloutEngine
 from pods.training.tasks import get_task
-from pods.training.warmstart_config import WarmStartConfig, load_warmstart_config
+from pods.training.warmstart_config import WarmStartConfig
 
 
 # ------------------------------------------------------------------------------ data

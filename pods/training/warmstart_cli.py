@@ -33,6 +33,7 @@ def _main(args) -> int:
     took = torch.backends.cpu.get_cpu_capability()
     if took.lower() != wanted.lower():
         raise ValueError(f"{KERNELS_VARIABLE}={wanted}: torch takes its {took} kernels on this CPU, which build "
-                         f"another base than the workflow's; set {KERNELS_VARIABLE}={took.lower()} to build one on purpose")
+                         f"another base than the workflow's; set {KERNELS_VARIABLE}={took.lower()} to build one on "
+                         f"purpose")
     warmstart(cfg, progress=not args.no_progress)
     return 0

@@ -151,7 +151,9 @@ def code_files(modules: tuple[str, ...] = ("pods.cli", "pods.training.warmstart_
 
     def file_of(name: str) -> Path | None:
         path = package.parent.joinpath(*name.split("."))
-        return path / "__init__.py" if path.is_dir() else path.with_suffix(".py") if path.with_suffix(".py").is_file() else None
+        if path.is_dir():
+            return path / "__init__.py"
+        return path.with_suffix(".py") if path.with_suffix(".py").is_file() else None
 
     seen: dict[str, Path] = {}
     todo = list(modules)

@@ -168,7 +168,8 @@ def test_max_abs_advantage_keeps_the_rarer_outcome_first():
 @pytest.mark.parametrize("rewards, m, message", [
     ([[0.0, 1.0, 1.0, 0.0]], 2.5, "m must be an integer (rollouts kept per group), got 2.5"),
     ([[0.0, 1.0, 1.0, 0.0]], True, "m must be an integer (rollouts kept per group), got True"),
-    ([["a", "b", "c"]], 1, "rewards must be numbers (float, int or bool) of shape [groups, n], got list [['a', 'b', 'c']]"),
+    ([["a", "b", "c"]], 1,
+     "rewards must be numbers (float, int or bool) of shape [groups, n], got list [['a', 'b', 'c']]"),
     (np.array([["1", "0"]]), 1, "rewards must be numbers (float, int or bool) of shape [groups, n], got ndarray"),
     ([[0.0, 1.0], [1.0]], 1, "rewards must be numbers (float, int or bool) of shape [groups, n], got list"),
 ])
@@ -181,5 +182,6 @@ def test_a_fractional_m_or_rewards_that_are_not_numbers_are_refused_in_one_line(
 def test_kept_advantages_refuses_rewards_that_are_not_numbers():
     from pods.grpo import kept_advantages
 
-    with pytest.raises(ValueError, match=r"rewards must be numbers of shape \[groups, \.\.\.\], got list \[\['a', 'b'\]\]"):
+    with pytest.raises(ValueError,
+                       match=r"rewards must be numbers of shape \[groups, \.\.\.\], got list \[\['a', 'b'\]\]"):
         kept_advantages([["a", "b"]], [[0]])

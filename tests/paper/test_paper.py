@@ -231,7 +231,8 @@ def test_a_missing_base_model_file_is_an_error_naming_it(tmp_path):
 
 @pytest.mark.parametrize("damage, message", [
     (lambda p: p.write_text(p.read_text()[:-20]), "Run5.json: not valid JSON ("),
-    (lambda p: p.write_text('{"checkpoint-10": "cut'), "Run5.json: not valid JSON (Unterminated string starting at: line 1 column 19"),
+    (lambda p: p.write_text('{"checkpoint-10": "cut'),
+     "Run5.json: not valid JSON (Unterminated string starting at: line 1 column 19"),
     (lambda p: p.write_text(json.dumps({"ckpt-10": {}})), "key 'ckpt-10' is not checkpoint-<step>"),
     (lambda p: p.write_text(json.dumps({"checkpoint-10": {"gsm8k": {"both_acc": [], "lengths": [1]}}})),
      "checkpoint-10/gsm8k/both_acc: expected a non-empty list of numbers"),

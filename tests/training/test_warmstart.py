@@ -151,7 +151,8 @@ def test_the_warm_starts_code_inputs_are_every_module_it_imports(tmp_path):
     loaded = subprocess.run(
         [sys.executable, "-c", "import sys, pods.cli, pods.training.warmstart_cli, pods.training.warmstart\n"
          "print('\\n'.join(m.__file__ for n, m in list(sys.modules.items()) if n.split('.')[0] == 'pods'))"],
-        env={**__import__("os").environ, "PYTHONPATH": str(repo)}, cwd=tmp_path, capture_output=True, text=True, check=True)
+        env={**__import__("os").environ, "PYTHONPATH": str(repo)}, cwd=tmp_path, capture_output=True, text=True,
+        check=True)
     missing = {Path(line) for line in loaded.stdout.split()} - files
     assert not missing, f"imported by the warm start but not among its code inputs: {sorted(map(str, missing))}"
 
@@ -202,7 +203,8 @@ def test_pods_warmstart_help_loads_no_model_library(tmp_path):
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[2]
-    code = ("import sys\nfrom pods.cli import main\ntry:\n    main(['warmstart', '--help'])\nexcept SystemExit:\n    pass\n"
+    code = ("import sys\nfrom pods.cli import main\ntry:\n    main(['warmstart', '--help'])\nexcept SystemExit:\n    "
+            "pass\n"
             "print('loaded:', sorted(m for m in ('torch', 'transformers', 'bitsandbytes') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
                             env={**__import__("os").environ, "PYTHONPATH": str(repo)})
@@ -217,4 +219,5 @@ def test_a_missing_base_names_the_command_that_builds_it(tmp_path):
     with pytest.raises(FileNotFoundError) as refused:
         check_base_model(cfg)
     assert str(refused.value) == (f"base_model: no model folder at {tmp_path / 'base'}; build it as the workflow does: "
-                                  f"ATEN_CPU_CAPABILITY=avx2 pods warmstart benchmark=arith out_dir={tmp_path / 'base'}")
+                                  f"ATEN_CPU_CAPABILITY=avx2 pods warmstart benchmark=arith "
+                                  f"out_dir={tmp_path / 'base'}")

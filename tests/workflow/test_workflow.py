@@ -240,7 +240,8 @@ def test_a_base_built_otherwise_is_refused_before_any_job_with_the_command_that_
     proc = snakemake("-n", "reproduce", tmp=tmp_path, check=False)
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "Job stats" not in text
-    assert (f"{base} is not this study's warm start (CPU kernels AVX512, not AVX2): delete it and the workflow builds it, "
+    assert (f"{base} is not this study's warm start (CPU kernels AVX512, not AVX2): delete it and the workflow builds "
+            f"it, "
             f"or build it as the workflow does: rm -r {base} && ATEN_CPU_CAPABILITY=avx2 pods warmstart "
             f"benchmark=arith out_dir={base}") in text
 
