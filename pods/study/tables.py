@@ -167,7 +167,10 @@ def summary_markdown(table: pd.DataFrame) -> str:
             e = verdict.PRIMARY[q]
             on = f", {AXIS_WORDS[axis]}" if axis in AXIS_WORDS else ""
             scope = "comparisons" if len(axes) == 1 else "comparisons on this axis"
-            parts.append(f"## ({q}) {words}{on}: primary endpoint `{e.name}` ({e.interval} 95% interval; "
+            rows = part[(part["endpoint"] == e.name)] if "endpoint" in part.columns else part
+            used = list(dict.fromkeys(rows["interval_method"].dropna())) if "interval_method" in rows else []
+            interval = " / ".join(used) or e.interval  # what the rows used (paired t, or Welch when unpaired)
+            parts.append(f"## ({q}) {words}{on}: primary endpoint `{e.name}` ({interval} 95% interval; "
                          f"{verdict.MULTIPLICITY}-adjusted over the study's {scope}; docs/verdict.md)\n\n"
                          + to_markdown(_one_axis_hidden(qt)))
     parts.append("## Secondary endpoints (unadjusted, descriptive)\n\n" + to_markdown(secondary_table(table)))
