@@ -47,7 +47,7 @@ import pods
 assert "site-packages" in pods.__file__, pods.__file__
 from pods.paper.release import load_manifest
 from pods.selection import select
-from pods.study.model import load_schema
+from pods.study.schema import load_schema
 import torch
 
 rewards = torch.tensor([[0.0, 1.0, 1.0, 0.0, 1.0, 0.0]])
