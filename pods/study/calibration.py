@@ -324,21 +324,27 @@ def choose_interval(table: pd.DataFrame, endpoint: str, seeds: int) -> tuple[str
     return (str(summary[valid]["interval_method"].iloc[0]) if valid.any() else None), summary
 
 
+def t_test_power(sd: float, effect: float, k: int, paired: bool = True, alpha: float = stats.ALPHA) -> float:
+    """Power of a two-sided t test at `alpha` for a true difference `effect` with k seeds per arm (k
+    pairs when paired), per-seed values of standard deviation `sd` (of the paired differences when
+    paired, of either arm otherwise): the noncentral t's exact power (scipy.stats.nct). NaN without
+    a usable SD."""
+    if not (math.isfinite(sd) and sd > 0) or k < 2:
+        return math.nan
+    df = k - 1 if paired else 2 * k - 2
+    nc = abs(effect) / (sd / math.sqrt(k) if paired else sd * math.sqrt(2 / k))
+    q = sps.t.ppf(1 - alpha / 2, df)
+    return float(sps.nct.sf(q, df, nc) + sps.nct.cdf(-q, df, nc))
+
+
 def seeds_for_power(sd: float, effect: float, alpha: float = stats.ALPHA, power: float = POWER,
                     paired: bool = True, limit: int = 1000) -> float:
-    """A-priori power: the fewest seeds per arm (pairs when paired) at which a two-sided t test at
-    `alpha` detects a true difference `effect` with probability `power`, for per-seed values of
-    standard deviation `sd` (of the paired differences when paired, of either arm otherwise):
-    the noncentral t's exact power (scipy.stats.nct), not a normal approximation. inf past `limit`."""
+    """A-priori power: the fewest seeds per arm (pairs when paired) at which `t_test_power` reaches
+    `power` for a true difference `effect`; inf past `limit` or without a usable SD or effect."""
     if not (sd > 0 and effect != 0 and math.isfinite(sd)):
         return math.inf
-    for k in range(2, limit + 1):
-        df = k - 1 if paired else 2 * k - 2
-        nc = abs(effect) / (sd / math.sqrt(k) if paired else sd * math.sqrt(2 / k))
-        q = sps.t.ppf(1 - alpha / 2, df)
-        if sps.nct.sf(q, df, nc) + sps.nct.cdf(-q, df, nc) >= power:
-            return float(k)
-    return math.inf
+    return next((float(k) for k in range(2, limit + 1) if t_test_power(sd, effect, k, paired, alpha) >= power),
+                math.inf)
 
 
 def sd_upper(sd: float, df: int, confidence: float = 0.8) -> float:
@@ -425,12 +431,7 @@ def apriori_power_at(comp: dict, e: verdict.Endpoint, seeds: int) -> float:
         record = verdict.compare(comp["t"], verdict.Arm(comp["base"], steps), verdict.Arm(comp["meth"], steps),
                                  endpoints=[e.name], n_boot=400, paired=paired, fixed_target=comp.get("fixed"))
         sd = float(record[0].get("unit_sd", math.nan)) if record else math.nan
-    if not (math.isfinite(sd) and sd > 0):
-        return math.nan
-    df = seeds - 1 if paired else 2 * seeds - 2
-    nc = abs(e.minimum_effect) / (sd / math.sqrt(seeds) if paired else sd * math.sqrt(2 / seeds))
-    q = sps.t.ppf(1 - stats.ALPHA / 2, df)
-    return float(sps.nct.sf(q, df, nc) + sps.nct.cdf(-q, df, nc))
+    return t_test_power(sd, e.minimum_effect, seeds, paired)
 
 
 def calibration_markdown(table: pd.DataFrame) -> str:

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from pods.study import sequential, verdict
+from pods.study import calibration, sequential, verdict
 
 KEYS = ("benchmark", "hardware", "design", "baseline", "method")
 
@@ -41,19 +41,10 @@ def plan_order(design: pd.DataFrame, seeds: int) -> dict[str, list[tuple]]:
         scored = []
         for i, row in enumerate(rows.to_dict("records")):
             sd = float(row.get("unit_sd", math.nan))
-            power = _power(sd, e.minimum_effect, seeds, row.get("pairing") == "seed")
+            power = calibration.t_test_power(sd, e.minimum_effect, seeds, row.get("pairing") == "seed")
             scored.append((-np.nan_to_num(power, nan=-1.0), i, _key(row)))
         order[question] = [key for _, _, key in sorted(scored)]
     return order
-
-
-def _power(sd: float, effect: float, k: int, paired: bool) -> float:
-    if not (math.isfinite(sd) and sd > 0):
-        return math.nan
-    df = k - 1 if paired else 2 * k - 2
-    nc = abs(effect) / (sd / math.sqrt(k) if paired else sd * math.sqrt(2 / k))
-    q = sps.t.ppf(1 - sequential.SIDE_ALPHA, df)
-    return float(sps.nct.sf(q, df, nc) + sps.nct.cdf(-q, df, nc))
 
 
 def look_z(summary: pd.DataFrame, order: Mapping[str, Sequence[tuple]]) -> dict[str, np.ndarray]:
