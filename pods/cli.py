@@ -50,14 +50,21 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def foreign_pods() -> str | None:
-    """One line when PyPI's unrelated `pods` distribution is installed beside this one: both write a
-    top-level `pods` package into site-packages, so which files are imported is an accident of order."""
+    """One line when another distribution named `pods` is installed beside this one: PyPI's unrelated
+    `pods`, or an install of this project from before its rename. Both also provide the `pods`
+    package, so which files `import pods` reads (and which checkout an editable install runs) is an
+    accident of the order site-packages is read in."""
     try:
         other = importlib.metadata.distribution("pods")
     except importlib.metadata.PackageNotFoundError:
         return None
-    if (other.metadata["Summary"] or "").startswith(SUMMARY):  # an install of this project made before its rename
-        return None
+    if (other.metadata["Summary"] or "").startswith(SUMMARY):  # this project, installed before its rename
+        try:
+            importlib.metadata.distribution(DISTRIBUTION)
+        except importlib.metadata.PackageNotFoundError:
+            return None  # the old install alone: it is the only `pods` there is
+        return (f"an install of this project from before its rename (distribution 'pods' {other.version}) is "
+                f"still installed beside {DISTRIBUTION}, and either may be the one imported: pip uninstall pods")
     return (f"the unrelated distribution 'pods' {other.version} ({other.metadata['Summary']}) is installed and "
             f"also imports as `pods`: pip uninstall pods, then reinstall {DISTRIBUTION} (pip install -e . in the "
             f"checkout)")

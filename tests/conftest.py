@@ -5,10 +5,19 @@
 `toy_task` registers the toy task as benchmark `first_digit`; modules that train on it request it
 for every test with `pytestmark = pytest.mark.usefixtures("toy_task")`.
 """
+from pathlib import Path
+
 import pytest
 
 import pods.training.tasks
 from helpers import FirstDigit, save_tiny_base
+
+# The suite tests this checkout: if `import pods` reads another one (a stale editable install of
+# another folder wins the import), every result below would be about that other code.
+_CHECKOUT = Path(__file__).resolve().parents[1]
+if Path(pods.__file__).resolve().parents[1] != _CHECKOUT:
+    pytest.exit(f"`import pods` reads {Path(pods.__file__).resolve().parent}, not this checkout {_CHECKOUT}: "
+                "pip uninstall pods pods-rollouts, then pip install -e . here", returncode=3)
 
 
 @pytest.fixture(scope="session")

@@ -39,6 +39,8 @@ def train_inputs(wc):
 # clock: cost. Each arm's seconds per step on this benchmark and hardware, measured by `pods cost` in
 # interleaved rounds before any run trains there. It takes every core the workflow has, so nothing
 # runs beside it: the measurement is the one place the clock enters the primaries (docs/verdict.md).
+# (os.cpu_count(), not workflow.cores: a cluster executor has no --cores, and a local run caps a
+# rule's threads at its --cores anyway.)
 rule step_cost:
     input:
         trainer_config=ancient(STUDY.trainer_config),
@@ -47,7 +49,7 @@ rule step_cost:
         f"{PATHS.results}/cost/{{benchmark}}/{{hardware}}.json",
     params:
         cmd=lambda wc: STUDY.step_cost_command(wc.benchmark, wc.hardware),
-    threads: workflow.cores
+    threads: os.cpu_count()
     log:
         f"{LOGS}/cost/{{benchmark}}/{{hardware}}.log",
     shell:

@@ -178,7 +178,17 @@ def test_the_command_line_refuses_in_one_line_when_pypis_pods_is_installed_too(m
     assert cli.main(["analyze", "--help"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "'pods' 0.1.19 (Open Data Science)" in lines[0] and "pip uninstall pods" in lines[0]
-    # an install of this project made under its old name is this project, not a clash
+    # an install of this project under its old name: alone it is the only `pods`; beside the renamed
+    # one, either may be imported (it was: a stale editable install ran another checkout's code)
+    old_name = _Distribution(PYPROJECT["description"], "0.1.0")
     monkeypatch.setattr(cli.importlib.metadata, "distribution",
-                        lambda name: _Distribution(PYPROJECT["description"], "0.1.0"))
+                        lambda name: old_name if name == "pods" else _missing(name))
     assert cli.foreign_pods() is None
+    monkeypatch.setattr(cli.importlib.metadata, "distribution", lambda name: old_name)
+    assert cli.main(["analyze", "--help"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "before its rename" in lines[0] and lines[0].endswith("pip uninstall pods")
+
+
+def _missing(name):
+    raise __import__("importlib.metadata").metadata.PackageNotFoundError(name)

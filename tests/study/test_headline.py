@@ -21,7 +21,8 @@ def test_the_bottom_line_of_the_committed_study_reads_its_summary():
     assert "decided: 2 of 8 primary endpoints after the adjustment ((a) 0 of 4, (b) 2 of 4)" in text
     assert "0 of 4 such estimates on the training clock reach it" in text
     assert "arith equal_update pods-max_variance-n64-m16 vs grpo-n16-m16: 1.06 [0.71, 1.59] undecided" in text
-    assert "arith_hard equal_generation pods-max_variance-n64-m16 vs grpo-n64-m64: +0.013 [+0.009, +0.017] higher" in text
+    assert ("arith_hard equal_generation pods-max_variance-n64-m16 vs grpo-n64-m64: +0.013 [+0.009, +0.017] higher"
+            in text)
     assert lines[-1] == "  tables: results/summary.md"
 
 
