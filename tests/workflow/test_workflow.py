@@ -112,15 +112,17 @@ def test_default_study_dry_run_trains_each_run_once(tmp_path):
     proc = snakemake("-n", "-p", "reproduce", tmp=tmp_path)
     config = study_config()
     runs = expected_runs(config)
-    # Both designs on both benchmarks, 4 seeds each (docs/embedded-default.md: what fits 60 minutes).
+    # Both designs on both benchmarks, 6 seeds each (docs/embedded-default.md: what fits 60 minutes).
     designs = {(c["design"], b) for c in config["comparisons"] for b in c["benchmarks"]}
     assert designs == {(d, b) for d in ("equal_update", "equal_generation") for b in ("arith", "arith_hard")}
     assert all(len(c.get("seeds", config["seeds"])) >= 4 for c in config["comparisons"])
-    # The PODS arm serves both designs but is trained once: 2 benchmarks x 3 methods x 4 seeds.
-    assert len(runs) == 24
+    # The PODS arm serves both designs but is trained once: 2 benchmarks x 3 methods x 6 seeds.
+    assert len(runs) == 36
     counts = job_counts(proc.stdout)
     assert counts["train"] == len(runs)
     assert counts["warmstart"] == 2 and counts["analyze"] == 1
+    # the cost clock: one measurement of every arm's step cost per benchmark, before its runs
+    assert config["clock"] == "cost" and counts["step_cost"] == 2
 
     commands = train_commands(proc.stdout)
     assert len(commands) == len(runs)
@@ -139,19 +141,23 @@ def test_default_study_dry_run_trains_each_run_once(tmp_path):
 
 
 @pytest.mark.slow
-def test_ablations_reuse_the_main_runs(tmp_path):
-    """With the main study's runs done, the ablations train only their new arms."""
+def test_ablations_train_in_a_folder_of_their_own_on_the_measured_clock(tmp_path):
+    """The ablations keep the earlier protocol (240 s of measured clock) in their own runs folder:
+    the main study's cost-clock runs, finished beside them, are neither read nor retrained."""
     main = expected_runs(study_config())
     for bench, hw, method, seed in main:
-        run = run_at(tmp_path / "results/runs", bench, hw, method, seed)
-        finished_run(run)
+        finished_run(run_at(tmp_path / "results/runs", bench, hw, method, seed))
+    # the helper's last layer, written here: its results_dir is the ablations' own folder
+    (tmp_path / "out.yaml").write_text(yaml.safe_dump({
+        "results_dir": str(tmp_path / "results/ablations"), "models_dir": str(tmp_path / "models"),
+        "figures_dir": str(tmp_path / "figures")}))
     proc = snakemake("-n", "-p", "reproduce", "--configfile", "config/ablations.yaml", tmp=tmp_path)
     ablation = expected_runs(study_config("config/ablations.yaml"))
-    new = ablation - main
-    assert job_counts(proc.stdout)["train"] == len(new) == 21
-    trained = {(o["benchmark"], o["hardware"], Path(o["run_dir"]).parent.name, int(o["seed"]))
-               for o in map(parse_overrides, train_commands(proc.stdout))}
-    assert trained == new
+    assert job_counts(proc.stdout)["train"] == len(ablation) == 27 and "step_cost" not in job_counts(proc.stdout)
+    overrides = list(map(parse_overrides, train_commands(proc.stdout)))
+    assert {(o["benchmark"], o["hardware"], Path(o["run_dir"]).parent.name, int(o["seed"])) for o in overrides} == ablation
+    assert all(o["run_dir"].startswith(str(tmp_path / "results/ablations/runs/")) for o in overrides)
+    assert all(o["max_train_time_s"] == "240" and "step_cost_file" not in o for o in overrides)
     # Its tables go beside, not over, the default study's.
     assert str(tmp_path / "results/ablations/summary.csv") in proc.stdout
     assert str(tmp_path / "results/ablations/decomposition.csv") in proc.stdout
