@@ -163,4 +163,10 @@ def print_bottom_line():
     lines = bottom_line(read_rows(SUMMARY_CSV), tables=[SUMMARY_MD, SUMMARY_CSV, f"{FIGURES}/"],
                         runs_total=len(STUDY.runs), runs_reused=FINISHED_AT_START,
                         analysis="rewritten now" if rewritten else "re-used (their inputs are unchanged)")
+    looks = sorted(Path(config["confirmation_results"]).glob("look*.csv"),
+                   key=lambda p: int(p.stem[len("look"):])) if config.get("confirmation_results") else []
+    if looks:  # the confirmation's standing, where one has been run (committed: config/decide.yaml's)
+        from pods.study.headline import confirmation_lines
+
+        lines += ["", *confirmation_lines(looks[-1])]
     print("\n" + "\n".join(lines), flush=True)

@@ -87,3 +87,27 @@ def test_the_bottom_line_names_the_primary_endpoint_the_summary_holds():
     text = "\n".join(bottom_line(rows))
     assert "(a) wall-clock speedup over 10-90% of the baseline's gain (gain profile);" in text
     assert "(b) accuracy within the budget, method - baseline (new_rule):" in text
+
+
+def test_the_confirmations_standing_is_read_off_its_last_look(tmp_path):
+    from pods.study.headline import confirmation_lines
+
+    columns = ["look", "pairs", "question", "endpoint", "position", "benchmark", "design", "baseline", "method",
+               "z", "boundary", "decided_at_look", "verdict", "finished"]
+    rows = [[1, 4, "b", "mean_accuracy", 1, "arith_hard", "equal_update", "grpo-n16-m16",
+             "pods-max_variance-n64-m16", 2.1, 4.73, "", "undecided", False],
+            [2, 8, "b", "mean_accuracy", 1, "arith_hard", "equal_update", "grpo-n16-m16",
+             "pods-max_variance-n64-m16", 3.4, 2.95, 2, "higher", False],
+            [2, 8, "a", "gain_profile", 1, "arith", "equal_generation", "grpo-n64-m64",
+             "pods-max_variance-n64-m16", 1.0, 2.95, "", "undecided", False]]
+    path = tmp_path / "look2.csv"
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(columns)
+        writer.writerows(rows)
+    lines = confirmation_lines(path)
+    assert lines[0].startswith("Confirmation on fresh seeds (config/decide.yaml): look 2, 8 seed pairs per arm, "
+                               "continues with the next batch")
+    assert lines[1] == "  decided: 1 of 2 primary endpoints at the group-sequential boundary"
+    assert lines[2].startswith("      (a) arith equal_generation") and lines[2].endswith("undecided")
+    assert lines[3].endswith("z 3.40 (boundary 2.95) higher") and lines[-1] == f"  table: {tmp_path / 'look2.md'}"

@@ -155,7 +155,8 @@ def test_ablations_train_in_a_folder_of_their_own_on_the_measured_clock(tmp_path
     ablation = expected_runs(study_config("config/ablations.yaml"))
     assert job_counts(proc.stdout)["train"] == len(ablation) == 27 and "step_cost" not in job_counts(proc.stdout)
     overrides = list(map(parse_overrides, train_commands(proc.stdout)))
-    assert {(o["benchmark"], o["hardware"], Path(o["run_dir"]).parent.name, int(o["seed"])) for o in overrides} == ablation
+    trained = {(o["benchmark"], o["hardware"], Path(o["run_dir"]).parent.name, int(o["seed"])) for o in overrides}
+    assert trained == ablation
     assert all(o["run_dir"].startswith(str(tmp_path / "results/ablations/runs/")) for o in overrides)
     assert all(o["max_train_time_s"] == "240" and "step_cost_file" not in o for o in overrides)
     # Its tables go beside, not over, the default study's.
