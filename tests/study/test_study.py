@@ -16,6 +16,7 @@ from pods.study.plan import Study
 from pods.study.schema import StudyError, load_study_config
 from pods.training import hub
 from pods.training.config import TrainConfig, load_train_config
+from pods.training.cost_clock import on_cost_clock
 from pods.vocabulary import parse_method
 
 REPO = Path(__file__).resolve().parents[2]
@@ -258,7 +259,7 @@ def test_schema_errors_name_the_key():
         study(train={"Max-Steps": 3})
 
 
-@pytest.mark.parametrize("layer", [None, "config/ablations.yaml"])
+@pytest.mark.parametrize("layer", [None, "config/ablations.yaml", "config/alternatives.yaml"])
 def test_the_committed_runs_are_what_the_study_resolves_now(layer):
     """Each committed run's config.yaml (what its trainer ran with) equals the config the shipped
     study gives it: a change to a defaults file, profile or study that would train them otherwise
@@ -273,7 +274,9 @@ def test_the_committed_runs_are_what_the_study_resolves_now(layer):
     s = study(*([layer] if layer else []))
     for run in s.runs:
         recorded = yaml.safe_load((REPO / s.paths.run_dir(run) / "config.yaml").read_text())
-        resolved = s.run_configs[run].config.to_dict()
+        # on the cost clock the trainer turns the budgets into steps of its arm's measured cost
+        # (the committed results/cost/ file) before it records its config
+        resolved = on_cost_clock(s.run_configs[run].config).to_dict()
         for key in added - recorded.keys():
             default = fields[key].default_factory() if callable(fields[key].default_factory) else fields[key].default
             if resolved[key] == default:

@@ -383,6 +383,10 @@ def test_smoke_study_end_to_end_then_figures_from_cache(tmp_path):
     expected_rows = {(c["benchmark"], c["design"], c["baseline"], c["method"]) for c in study}
     assert set(zip(table["benchmark"], table["design"], table["baseline"], table["method"])) == expected_rows
     assert (results / "summary.md").read_text().count("\n") > len(study)
+    # the calibration table opens with the declared primaries at the study's own seed count (2 here)
+    calibration_md = (results / "calibration.md").read_text()
+    assert "## Declared primaries at 2 seeds per arm" in calibration_md and "Predictive check" in calibration_md
+    assert set(pd.read_csv(results / "calibration.csv")["seeds"]) == {2, 4, 10, 30}
     # reproduce ends with its bottom line on stdout, read off the table it wrote
     from pods.study.headline import bottom_line, read_rows
 
