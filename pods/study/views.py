@@ -145,8 +145,9 @@ def comparisons_from_runs(runs, study_path, align: str | None = None) -> list[di
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    seeds = [int(s) for s in str(args.seeds).split(",")]
     comps = comparisons_from_runs(args.runs, args.study)
+    shipped = min((len(c["base"]) for c in comps), default=4)  # the study's own seed count
+    seeds = [int(s) for s in str(args.seeds).split(",")] if args.seeds else sorted({shipped, 4, 10, 30})
     table = calibration.calibrate(comps, seeds=seeds, studies=args.studies, boot=args.boot, seed=args.seed,
                                   tails=args.tails)
     out = Path(args.out)
@@ -154,7 +155,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     atomic_write_text(out, table.to_csv(index=False))
     table.attrs["studies"] = args.studies
     md = calibration.calibration_markdown(table)
-    declared = calibration.report(table, comps, seeds[0])
+    declared = calibration.report(table, comps, seeds[0] if args.seeds else shipped)
     atomic_write_text(out.with_suffix(".md"),
                       f"## Calibration ({args.studies} simulated studies per cell, {args.boot} resamples, "
                       f"{args.tails} tails, seed {args.seed}; pods.study.calibration)\n\n" + md + "\n" + declared)
@@ -182,7 +183,9 @@ def _seed_list(text: str) -> str:
 def add_calibrate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", required=True, help="results folder holding runs/ (or runs/ itself)")
     p.add_argument("--study", required=True, help="the study's comparisons (results/study.yaml)")
-    p.add_argument("--seeds", type=_seed_list, default="4,10,30", help="seed counts per arm to simulate")
+    p.add_argument("--seeds", type=_seed_list, default=None,
+                   help="seed counts per arm to simulate, the first one reported for the declared primaries "
+                        "(default: the study's own count, then 4, 10 and 30)")
     p.add_argument("--studies", type=_positive, default=200, help="simulated studies per cell")
     p.add_argument("--boot", type=_positive, default=200, help="bootstrap resamples per simulated study")
     p.add_argument("--tails", choices=("normal", "t3"), default="normal", help="the noise's distribution")
