@@ -58,6 +58,8 @@ def foreign_pods() -> str | None:
         other = importlib.metadata.distribution("pods")
     except importlib.metadata.PackageNotFoundError:
         return None
+    if other.read_text("INSTALLER") is None:  # leftover build metadata (an old pods.egg-info here), not an install
+        return None
     if (other.metadata["Summary"] or "").startswith(SUMMARY):  # this project, installed before its rename
         try:
             importlib.metadata.distribution(DISTRIBUTION)

@@ -166,8 +166,11 @@ def test_the_distribution_has_a_name_of_its_own_and_no_install_line_names_pypis_
 
 
 class _Distribution:
-    def __init__(self, summary, version):
-        self.metadata, self.version = {"Summary": summary}, version
+    def __init__(self, summary, version, installer="pip"):
+        self.metadata, self.version, self.installer = {"Summary": summary}, version, installer
+
+    def read_text(self, name):
+        return f"{self.installer}\n" if name == "INSTALLER" and self.installer else None
 
 
 def test_the_command_line_refuses_in_one_line_when_pypis_pods_is_installed_too(monkeypatch, capsys):
@@ -188,6 +191,11 @@ def test_the_command_line_refuses_in_one_line_when_pypis_pods_is_installed_too(m
     assert cli.main(["analyze", "--help"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "before its rename" in lines[0] and lines[0].endswith("pip uninstall pods")
+    # a build's leftover metadata (an old pods.egg-info in the checkout, read from the working
+    # directory) is not an installed distribution: nothing to uninstall, nothing refused
+    monkeypatch.setattr(cli.importlib.metadata, "distribution",
+                        lambda name: _Distribution(PYPROJECT["description"], "0.1.0", installer=None))
+    assert cli.foreign_pods() is None
 
 
 def _missing(name):

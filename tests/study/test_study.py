@@ -64,9 +64,13 @@ def test_the_default_study_is_both_designs_on_both_benchmarks():
     s = study()
     assert {(c.design, c.benchmark) for c in s.comparisons} == {
         (d, b) for d in ("equal_update", "equal_generation") for b in ("arith", "arith_hard")}
-    assert len(s.runs) == 24  # the PODS arm serves both designs: 2 benchmarks x 3 methods x 4 seeds
+    assert len(s.runs) == 36  # the PODS arm serves both designs: 2 benchmarks x 3 methods x 6 seeds
     assert s.study_rows()[0] == dict(name="main", design="equal_update", benchmark="arith", hardware="cpu",
-                                     baseline="grpo-n16-m16", method="pods-max_variance-n64-m16", seeds=[0, 1, 2, 3])
+                                     baseline="grpo-n16-m16", method="pods-max_variance-n64-m16",
+                                     seeds=[0, 1, 2, 3, 4, 5], axis="cost")
+    # on the cost clock (docs/verdict.md): each run reads its arm's measured seconds per step
+    assert s.config["clock"] == "cost"
+    assert all(c.config.step_cost_file == f"results/cost/{r.benchmark}/cpu.json" for r, c in s.run_configs.items())
 
 
 @pytest.mark.parametrize("layer", [None, "config/smoke.yaml", "config/paper.yaml"])
@@ -94,7 +98,8 @@ def test_layers_apply_in_the_documented_order(tmp_path):
                           "arith_hard": {"base_model": "warmstart"}})
     cfg = s.run_configs[Run("arith", "cpu", "grpo-n16-m16", 1)].config
     defaults = load_train_config("config/train-cpu.yaml")
-    assert (cfg.weight_decay, cfg.max_train_time_s) == (defaults.weight_decay, defaults.max_train_time_s)
+    assert (cfg.weight_decay, cfg.micro_batch) == (defaults.weight_decay, defaults.micro_batch)
+    assert cfg.max_train_time_s == 165 != defaults.max_train_time_s  # config/config.yaml's train over the file's
     assert (cfg.temperature, cfg.eps_low) == (0.5, 0.1)  # the profile's
     assert cfg.beta == 0.2  # the study's over the profile's
     assert cfg.lr == 0.3  # the benchmark's over both
@@ -110,7 +115,8 @@ def test_hardware_profile_defaults_come_from_the_schema(tmp_path):
     p = s.profile("cpu")
     assert (p.num_processes, p.nodes, p.launcher_args, p.launcher_prefix, dict(p.train)) == (1, 1, "", "", {})
     assert s.resource_names() == ["mem_mb"] and s.resource("cpu", "gpu") == 0
-    assert s.train_command(s.runs[0]).startswith("pods train --config config/train-cpu.yaml benchmark=arith ")
+    assert s.train_command(s.runs[0]).startswith(
+        "pods train --config config/train-cpu.yaml max_train_time_s=165 benchmark=arith ")
 
 
 @pytest.mark.parametrize("launcher,prefix", [
@@ -129,7 +135,8 @@ def test_launchers_start_every_process_of_a_multi_node_run(tmp_path, launcher, p
         "launcher_prefix": "srun --ntasks-per-node=1" if launcher == "torchrun" else "", "threads": 32,
         "resources": {"gpu": 16, "slurm_partition": "gpu"}, "train": {"precision": "bf16"},
     }))
-    s = study(hardware_dir=str(hw), seeds=[0], comparisons=[dict(
+    # clock: time, as a multi-process profile needs (the cost clock measures in one process)
+    s = study(hardware_dir=str(hw), seeds=[0], clock="time", comparisons=[dict(
         name="main", design="equal_generation", benchmarks=["arith"], hardware=["gpu"],
         baseline="grpo-n64-m64", methods=["pods-max_variance-n64-m16"])])
     assert len(s.runs) == 2

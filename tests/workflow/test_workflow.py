@@ -338,7 +338,7 @@ def test_hardware_profiles_give_threads_and_resources(tmp_path):
     (hw / "gpu.yaml").write_text(yaml.safe_dump(profile))
     layer = tmp_path / "gpu.yaml"
     layer.write_text(yaml.safe_dump({
-        "hardware_dir": str(hw), "seeds": [0],
+        "hardware_dir": str(hw), "seeds": [0], "clock": "time",  # the cost clock is one process's
         "comparisons": [{"name": "main", "design": "equal_generation", "benchmarks": ["arith"],
                          "hardware": ["gpu"], "baseline": "grpo-n64-m64", "methods": ["pods-max_variance-n64-m16"]}],
     }))
