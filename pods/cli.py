@@ -49,21 +49,26 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _installed(name: str) -> importlib.metadata.Distribution | None:
+    """The installed distribution `name`, or None; leftover build metadata (an old pods.egg-info in
+    a checkout, found through the working directory) has no INSTALLER and is not an install."""
+    try:
+        dist = importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return dist if dist.read_text("INSTALLER") is not None else None
+
+
 def foreign_pods() -> str | None:
     """One line when another distribution named `pods` is installed beside this one: PyPI's unrelated
     `pods`, or an install of this project from before its rename. Both also provide the `pods`
     package, so which files `import pods` reads (and which checkout an editable install runs) is an
     accident of the order site-packages is read in."""
-    try:
-        other = importlib.metadata.distribution("pods")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    if other.read_text("INSTALLER") is None:  # leftover build metadata (an old pods.egg-info here), not an install
+    other = _installed("pods")
+    if other is None:
         return None
     if (other.metadata["Summary"] or "").startswith(SUMMARY):  # this project, installed before its rename
-        try:
-            importlib.metadata.distribution(DISTRIBUTION)
-        except importlib.metadata.PackageNotFoundError:
+        if _installed(DISTRIBUTION) is None:
             return None  # the old install alone: it is the only `pods` there is
         return (f"an install of this project from before its rename (distribution 'pods' {other.version}) is "
                 f"still installed beside {DISTRIBUTION}, and either may be the one imported: pip uninstall pods")

@@ -157,16 +157,13 @@ FINISHED_AT_START = int(os.environ.setdefault("PODS_WORKFLOW_FINISHED_RUNS", str
 def print_bottom_line():
     """The lines a study target ends with on stdout (pods.study.headline): what ran or was re-used,
     how many primary endpoints are decided, the estimates beside the paper's claim, the tables."""
-    from pods.study.headline import bottom_line, read_rows
+    from pods.study.headline import bottom_line, confirmation_lines, confirmation_of, read_rows
 
     rewritten = Path(SUMMARY_CSV).stat().st_mtime >= STARTED
     lines = bottom_line(read_rows(SUMMARY_CSV), tables=[SUMMARY_MD, SUMMARY_CSV, f"{FIGURES}/"],
                         runs_total=len(STUDY.runs), runs_reused=FINISHED_AT_START,
                         analysis="rewritten now" if rewritten else "re-used (their inputs are unchanged)")
-    looks = sorted(Path(config["confirmation_results"]).glob("look*.csv"),
-                   key=lambda p: int(p.stem[len("look"):])) if config.get("confirmation_results") else []
-    if looks:  # the confirmation's standing, where one has been run (committed: config/decide.yaml's)
-        from pods.study.headline import confirmation_lines
-
-        lines += ["", *confirmation_lines(looks[-1])]
+    look = confirmation_of(config.get("confirmation_results"), COMPARISONS)
+    if look:  # the standing of this study's confirmation, where one has been run (config/decide.yaml's)
+        lines += ["", *confirmation_lines(look)]
     print("\n" + "\n".join(lines), flush=True)

@@ -15,6 +15,8 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from pods.study.verdict import CLOCKS  # the axes that are wall clocks: the paper's claim is about them
+
 PAPER_CLAIM = 1.7  # "at least 1.7x faster" to vanilla GRPO's peak (docs/paper.md 1)
 # what each question's estimate is, as the bottom line words it (docs/verdict.md declares both)
 QUESTION_WORDS = {
@@ -32,9 +34,6 @@ ENDPOINT_WORDS = {
 KEY_COLUMNS = ("name", "benchmark", "hardware", "design")
 ARM_COLUMNS = ("method", "baseline")
 UNDECIDED = ("", "undecided", "nan", "none")
-# the axes that time training in seconds (measured, or steps x each arm's measured cost): the
-# paper's claim is about these, not about optimiser steps
-WALL_CLOCKS = ("time", "cost")
 
 
 def read_rows(path: str | os.PathLike) -> list[dict[str, str]]:
@@ -106,7 +105,7 @@ def bottom_line(rows: Sequence[Mapping], *, tables: Sequence[str] = (), runs_tot
         words = "; ".join(ENDPOINT_WORDS.get(e, f"{QUESTION_WORDS.get(q, f'question {q}')} ({e})") for e in endpoints) \
             or QUESTION_WORDS.get(q, f"question {q}")
         if q == "a":  # the paper's claim: PODS against vanilla GRPO in training wall clock
-            claimed = [r for r in shown if (r.get("axis") or "time") in WALL_CLOCKS
+            claimed = [r for r in shown if (r.get("axis") or "time") in CLOCKS
                        and str(r.get("baseline", "grpo")).startswith("grpo")
                        and str(r.get("method", "pods")).startswith("pods")]
             reach = sum(_number(r.get("estimate")) >= PAPER_CLAIM for r in claimed)
@@ -123,6 +122,18 @@ def bottom_line(rows: Sequence[Mapping], *, tables: Sequence[str] = (), runs_tot
     if tables:
         lines.append(f"  tables: {', '.join(map(str, tables))}")
     return lines
+
+
+def confirmation_of(folder: str | os.PathLike | None, comparisons: Sequence[Mapping]) -> Path | None:
+    """The last look table (`look<k>.csv`) in `folder` when that confirmation tested this study's
+    comparisons (the same benchmark, hardware, design, baseline and method pairs), else None: a
+    study layered over the default (smoke, ablations, ...) inherits the folder, not the confirmation."""
+    looks = sorted(Path(folder).glob("look*.csv"), key=lambda p: int(p.stem[len("look"):])) if folder else []
+    if not looks:
+        return None
+    keys = ("benchmark", "hardware", "design", "baseline", "method")
+    tested = {tuple(r[k] for k in keys) for r in read_rows(looks[-1])}
+    return looks[-1] if tested == {tuple(str(c[k]) for k in keys) for c in comparisons} else None
 
 
 def confirmation_lines(look_table: str | os.PathLike, *, config: str = "config/decide.yaml") -> list[str]:

@@ -28,6 +28,16 @@ from pods.study.tables import (
     write_csv,
 )
 
+PLANNING_SEEDS = (4, 10, 30)  # seed counts a reader plans with, calibrated beside the study's own
+
+
+def seed_counts(comparisons: list[dict]) -> tuple[int, tuple[int, ...]]:
+    """The study's own seed count (its fewest seeds per arm: what its verdicts stand on, and where
+    the declared primaries are reported) and every count to calibrate: that one and PLANNING_SEEDS."""
+    shipped = min((len(c["base"]) for c in comparisons), default=PLANNING_SEEDS[0])
+    return shipped, tuple(sorted({shipped, *PLANNING_SEEDS}))
+
+
 PROFILE_COLUMNS = ["comparison", "benchmark", "hardware", "design", "baseline", "method", "level",
                    "t_baseline_s", "t_method_s", "speedup", "ci_low", "ci_high"]
 
@@ -63,10 +73,7 @@ def verdict_views(runs, study_path, out_dir, figures_dir, studies: int = 200, bo
     out_dir, figures_dir = Path(out_dir), Path(figures_dir)
     profile = pd.DataFrame.from_records(profile_rows, columns=PROFILE_COLUMNS)
     write_csv(profile, out_dir / "speedup_profile.csv")
-    # the study's own seed count first (what its verdicts stand on; the declared-primaries report
-    # below is at it), then the counts a reader plans with
-    shipped = min((len(c["base"]) for c in comps), default=4)
-    seeds = tuple(sorted({shipped, 4, 10, 30}))
+    shipped, seeds = seed_counts(comps)
     digest = calibration.inputs_digest(comps, seeds=seeds, studies=studies, boot=boot, seed=seed)
     recorded = out_dir / "calibration.md"
     stamp = f"<!-- inputs sha256 {digest} -->"
@@ -146,8 +153,10 @@ def comparisons_from_runs(runs, study_path, align: str | None = None) -> list[di
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     comps = comparisons_from_runs(args.runs, args.study)
-    shipped = min((len(c["base"]) for c in comps), default=4)  # the study's own seed count
-    seeds = [int(s) for s in str(args.seeds).split(",")] if args.seeds else sorted({shipped, 4, 10, 30})
+    shipped, seeds = seed_counts(comps)
+    if args.seeds:  # the first one given is the one the declared primaries are reported at
+        seeds = [int(s) for s in str(args.seeds).split(",")]
+        shipped = seeds[0]
     table = calibration.calibrate(comps, seeds=seeds, studies=args.studies, boot=args.boot, seed=args.seed,
                                   tails=args.tails)
     out = Path(args.out)
@@ -155,7 +164,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     atomic_write_text(out, table.to_csv(index=False))
     table.attrs["studies"] = args.studies
     md = calibration.calibration_markdown(table)
-    declared = calibration.report(table, comps, seeds[0] if args.seeds else shipped)
+    declared = calibration.report(table, comps, shipped)
     atomic_write_text(out.with_suffix(".md"),
                       f"## Calibration ({args.studies} simulated studies per cell, {args.boot} resamples, "
                       f"{args.tails} tails, seed {args.seed}; pods.study.calibration)\n\n" + md + "\n" + declared)

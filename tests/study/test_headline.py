@@ -113,3 +113,29 @@ def test_the_confirmations_standing_is_read_off_its_last_look(tmp_path):
     assert lines[1] == "  decided: 1 of 2 primary endpoints at the group-sequential boundary"
     assert lines[2].startswith("      (a) arith equal_generation") and lines[2].endswith("undecided")
     assert lines[3].endswith("z 3.40 (boundary 2.95) higher") and lines[-1] == f"  table: {tmp_path / 'look2.md'}"
+
+
+def test_a_study_prints_only_the_confirmation_of_its_own_comparisons(tmp_path):
+    """Every study layered over the default inherits its confirmation folder; the bottom line adds
+    that confirmation only where its looks tested the same comparisons (the committed one: the
+    default study's, not the smoke study's)."""
+    import yaml
+
+    from pods.study.headline import confirmation_of
+    from pods.study.plan import Study
+    from pods.study.schema import load_study_config
+
+    def rows(*layers):
+        return Study(load_study_config("config/config.yaml", *layers)).study_rows()
+
+    folder = REPO / "results/decide/confirm"
+    assert confirmation_of(folder, rows()) == folder / "look1.csv"
+    assert confirmation_of(folder, rows("config/smoke.yaml")) is None
+    assert confirmation_of(folder, rows("config/ablations.yaml")) is None
+    assert confirmation_of(tmp_path, rows()) is None and confirmation_of(None, rows()) is None
+    # a later look is the one read
+    for k in (1, 2, 10):
+        (tmp_path / f"look{k}.csv").write_text((folder / "look1.csv").read_text())
+    assert confirmation_of(tmp_path, rows()) == tmp_path / "look10.csv"
+    assert yaml.safe_load((REPO / "config/config.yaml").read_text())["confirmation_results"] == str(
+        folder.relative_to(REPO))
