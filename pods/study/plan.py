@@ -117,14 +117,14 @@ class Study:
 
     # ---- scheduling
     def train_priority(self, run: Run) -> int:
-        """The train job's Snakemake priority: its place in a permutation of the study's runs
-        drawn from `schedule_seed`. Jobs that run side by side slow each other's clocks; in the
-        order the study lists them, the same arms would always share the machine (GRPO-GA beside
-        PODS, say), a wall-clock effect no seed bootstrap sees. A seeded shuffle spreads it over
-        the arms, and the seed in the config records the order."""
-        order = list(self.runs)
-        random.Random(self.config.get("schedule_seed", 0)).shuffle(order)
-        return len(order) - order.index(run)
+        """The train job's Snakemake priority: a uniform draw seeded by `schedule_seed` and the
+        run, so the jobs start in a seeded shuffle. Jobs that run side by side slow each other's
+        clocks; in the order the study lists them, the same arms would always share the machine
+        (GRPO-GA beside PODS, say), a wall-clock effect no seed bootstrap sees. A draw per run (not
+        a place in the study's list) also orders runs the study does not list: a confirmation's
+        later batches (config `confirmation`) train seeds added after the study was built."""
+        key = f"{self.config.get('schedule_seed', 0)}:{run.benchmark}:{run.hardware}:{run.method}:{run.seed}"
+        return random.Random(key).randrange(1 << 30)
 
     def resource_names(self) -> list[str]:
         """Every scheduler resource some profile of this study asks for (a rule's resource names

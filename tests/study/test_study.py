@@ -73,6 +73,18 @@ def test_the_default_study_is_both_designs_on_both_benchmarks():
     assert all(c.config.step_cost_file == f"results/cost/{r.benchmark}/cpu.json" for r, c in s.run_configs.items())
 
 
+def test_train_jobs_start_in_a_seeded_shuffle_that_also_orders_a_confirmations_later_seeds():
+    s, again = study("config/decide.yaml"), study("config/decide.yaml")
+    other = study("config/decide.yaml", schedule_seed=1)
+    later = Run("arith", "cpu", "grpo-n16-m16", 106)  # look 2's seeds are not the study's `seeds`
+    assert later not in s.runs
+    assert s.train_priority(later) == again.train_priority(later)  # the checkpoint's next batch is ordered too
+    order = sorted(s.runs, key=s.train_priority)
+    assert order == sorted(again.runs, key=again.train_priority)
+    assert order != sorted(s.runs, key=other.train_priority)
+    assert len({s.train_priority(run) for run in s.runs}) == len(s.runs)
+
+
 @pytest.mark.parametrize("layer", [None, "config/smoke.yaml", "config/paper.yaml"])
 def test_each_command_resolves_to_the_checked_config(layer):
     """What `pods train` makes of the command line is the TrainConfig the study checked."""
