@@ -9,10 +9,11 @@ from pathlib import Path
 import yaml
 
 from pods.atomic import atomic_write_text
+from pods.runs import RunFileError, read_summary
 from pods.vocabulary import METHOD_PATTERN
 from pods.vocabulary import RUN_KEY, run_path
 from pods.study import stamps
-from pods.study.expansion import run_from
+from pods.study.expansion import Run, run_from
 from pods.study.plan import Study
 
 STUDY = Study(config, schema=STUDY_SCHEMA)
@@ -144,15 +145,28 @@ def write_stamp(name, inputs=None):
     stamps.write(stamp_of(name), [*_files(inputs or declared()), *extra()], params)
 
 
+def is_finished(path: str) -> bool:
+    """Whether the run in `path` is complete: the study's runs as read once at start (FINISHED); a
+    run the study does not list (a confirmation's later batch) read when it is asked about."""
+    if path in SUMMARIES:
+        return path in FINISHED
+    try:
+        return read_summary(path).get("status") == "complete"
+    except RunFileError:
+        return False
+
+
+def run_inputs(path: str) -> list[str]:
+    """What an analysis waits for from one run: a finished run's files as they are on disk (no rule
+    makes them, so the train rule is never asked about it: no rebuilt base or re-measured cost
+    retrains it), or the summary.json the train rule writes when the run is still to be trained or
+    resumed (a failed run's summary.json, which `pods analyze` then refuses naming the failure)."""
+    return [f"{path}/evals.jsonl", f"{path}/steps.jsonl"] if is_finished(path) else [f"{path}/summary.json"]
+
+
 def run_files():
-    """What the analysis waits for, per run: a finished run's files as they are on disk (no rule
-    makes them, so the train rule is never asked about it), or the summary.json the train rule
-    writes when the run is still to be trained or resumed (a failed run's summary.json, which
-    `pods analyze` then refuses naming the failure)."""
-    files = []
-    for path in map(PATHS.run_dir, STUDY.runs):
-        files += [f"{path}/evals.jsonl", f"{path}/steps.jsonl"] if path in FINISHED else [f"{path}/summary.json"]
-    return files
+    """What the study's analysis waits for: run_inputs of each of its runs."""
+    return [file for path in map(PATHS.run_dir, STUDY.runs) for file in run_inputs(path)]
 
 
 def finished_run_files():

@@ -12,12 +12,13 @@ if CONFIRM:
         return list(range(CONFIRM["first_seed"], CONFIRM["first_seed"] + CONFIRM["batch"] * int(k)))
 
     def look_runs(wc):
-        """The summary.json of every run a look analyses (the train rule writes the missing ones)."""
+        """What a look analyses from every run of its seeds (run_inputs: the train rule writes the
+        missing ones; finished ones, the earlier looks' included, are read as they are)."""
         files = []
         for row in COMPARISONS:
             for method in (row["baseline"], row["method"]):
-                files += [run_path(RUNS, benchmark=row["benchmark"], hardware=row["hardware"], method=method,
-                                   seed=seed) + "/summary.json" for seed in look_seeds(wc.k)]
+                for seed in look_seeds(wc.k):
+                    files += run_inputs(PATHS.run_dir(Run(row["benchmark"], row["hardware"], method, seed)))
         return sorted(set(files))
 
     rule look_study:

@@ -15,11 +15,12 @@
 #
 # Finished runs are final. A run whose summary.json says `complete` (the committed results/, or
 # one trained earlier) is read by the analysis from its files directly and never enters the DAG
-# again (see `run_files` in common.smk): no rebuilt warm start, changed config or changed rule
-# retrains it; delete its directory (or pick another results_dir) to train it again. The trainer
-# itself refuses to continue a checkpoint under a different config, so retraining in place would
-# fail anyway. The base model and the trainer defaults are `ancient` inputs, so touching them
-# does not restart runs in progress either.
+# again (`run_inputs` in common.smk; a confirmation's looks read their runs the same way): no
+# rebuilt warm start, re-measured cost, changed config or changed rule retrains it; delete its
+# directory (or pick another results_dir) to train it again. The trainer itself refuses to
+# continue a checkpoint under a different config, so retraining in place would fail anyway. The
+# base model and the trainer defaults are `ancient` inputs, so touching them does not restart runs
+# in progress either.
 
 
 def train_inputs(wc):
@@ -31,8 +32,13 @@ def train_inputs(wc):
         inputs["base_model"] = ancient(marker)
     for i, (kind, hub_id) in enumerate(STUDY.run_config(run_from(wc)).hub_needs):
         inputs[f"hub_{i}"] = ancient(PATHS.hub_marker(kind, hub_id))
-    if config["clock"] == "cost":  # the run's steps are its budget over its arm's measured cost
-        inputs["step_cost"] = ancient(PATHS.step_cost_file(wc.benchmark, wc.hardware))
+    # clock: cost. The run's steps are its budget over its arm's measured cost. A measured cost is
+    # final like a finished run (the runs trained on it took their step counts from it), so only a
+    # missing one is asked for: a rebuilt base must not re-measure it between a confirmation's
+    # looks. Delete the file to measure again.
+    cost_file = PATHS.step_cost_file(wc.benchmark, wc.hardware)
+    if config["clock"] == "cost" and not Path(cost_file).is_file():
+        inputs["step_cost"] = cost_file
     return inputs
 
 

@@ -443,6 +443,26 @@ def test_the_confirmation_dry_run_trains_its_first_batch_on_the_cost_clock(tmp_p
 
 
 @pytest.mark.slow
+def test_a_later_look_trains_only_its_own_seeds_even_when_the_bases_are_rebuilt(tmp_path):
+    """The committed first look, its runs and step costs in a fresh folder without the base models:
+    the next batch trains seeds 104-107 on the committed costs, and the rebuilt bases neither
+    re-measure a cost nor retrain a finished run."""
+    results = tmp_path / "results"
+    shutil.copytree(REPO / "results/decide", results)
+    now = time.time()  # the look's tables newer than the runs they read, in the order rules make them
+    for i, name in enumerate(("study_look1.yaml", "summary_look1.csv", "look1.csv", "look1.md")):
+        os.utime(results / "confirm" / name, (now + i + 1, now + i + 1))
+    proc = snakemake("-n", "-p", "confirm", "--configfile", "config/decide.yaml", tmp=tmp_path)
+    counts = job_counts(proc.stdout)
+    assert counts["warmstart"] == 2 and "step_cost" not in counts
+    assert counts["train"] == 24
+    assert {int(parse_overrides(c)["seed"]) for c in train_commands(proc.stdout)} == {104, 105, 106, 107}
+    for command in train_commands(proc.stdout):
+        o = parse_overrides(command)
+        assert o["step_cost_file"] == str(results / f"cost/{o['benchmark']}/cpu.json")
+
+
+@pytest.mark.slow
 def test_the_smoke_study_on_the_cost_clock_agrees_with_the_measured_clock(tmp_path):
     """Runs on the cost clock: their curves sit at step x the arm's measured cost, and on a machine
     doing nothing else the seconds a step took in the run itself agree with that cost (a sanity
