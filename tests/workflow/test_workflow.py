@@ -447,10 +447,14 @@ def test_a_later_look_trains_only_its_own_seeds_even_when_the_bases_are_rebuilt(
     """The committed first look, its runs and step costs in a fresh folder without the base models:
     the next batch trains seeds 104-107 on the committed costs, and the rebuilt bases neither
     re-measure a cost nor retrain a finished run."""
-    results = tmp_path / "results"
-    shutil.copytree(REPO / "results/decide", results)
+    committed, results = REPO / "results/decide", tmp_path / "results"
+    shutil.copytree(committed / "cost", results / "cost")
+    for run in committed.glob("runs/*/*/*/seed10[0-3]"):  # look 1's seeds, whatever later looks added
+        shutil.copytree(run, results / run.relative_to(committed))
     now = time.time()  # the look's tables newer than the runs they read, in the order rules make them
     for i, name in enumerate(("study_look1.yaml", "summary_look1.csv", "look1.csv", "look1.md")):
+        (results / "confirm").mkdir(exist_ok=True)
+        shutil.copy(committed / "confirm" / name, results / "confirm" / name)
         os.utime(results / "confirm" / name, (now + i + 1, now + i + 1))
     proc = snakemake("-n", "-p", "confirm", "--configfile", "config/decide.yaml", tmp=tmp_path)
     counts = job_counts(proc.stdout)
