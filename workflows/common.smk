@@ -91,14 +91,9 @@ def forced():
     settings = workflow.dag_settings
     return bool(settings is not None and (settings.forceall or settings.forcerun))
 
+
 DERIVED = {}  # derived rule -> (its inputs() as named files, params, upstream rules, extra files)
 FRESH = {}  # derived rule -> whether its outputs are those of its inputs as they are (once known)
-
-
-def forced():
-    """--forcerun / -F (the DAG settings exist once the DAG is built, when input functions run)."""
-    settings = workflow.dag_settings
-    return bool(settings is not None and (settings.forceall or settings.forcerun))
 
 
 def stamp_of(name):
