@@ -52,7 +52,8 @@ def main() -> None:
     rng = np.random.default_rng(0)
     primaries = list(verdict.PRIMARY.values())
     arms = [analysis.comparison_arms(comp, evals)[:3] for comp in study]
-    kappa = calibration.fit_pairing([(t, base.curves, meth.curves) for t, base, meth in arms]) if args.observed else None
+    kappa = (calibration.fit_pairing([(t, base.curves, meth.curves) for t, base, meth in arms])
+             if args.observed else None)
     horizon = min(float(t[-1]) for t, _, _ in arms)
     splits = [(k, budget) for k, budget in SPLITS if budget <= horizon + 1e-9]
     for k, budget in SPLITS:
