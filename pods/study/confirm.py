@@ -111,8 +111,8 @@ def confirmation_table(looks: Sequence[Mapping[str, np.ndarray]], order: Mapping
                              "boundary": float(bounds[n_looks - 1]),
                              "decided_at_look": int(o.look[position]) or None,
                              "verdict": above if decided > 0 else below if decided < 0 else "undecided"})
-    return pd.DataFrame(rows)
-
+    # a look number, empty while undecided (not 3.0 and nan once a column mixes both)
+    return pd.DataFrame(rows).astype({"decided_at_look": "Int64"})
 
 
 def confirmation_markdown(table: pd.DataFrame, finished_now: bool) -> str:
@@ -126,7 +126,7 @@ def confirmation_markdown(table: pd.DataFrame, finished_now: bool) -> str:
     for r in last.to_dict("records"):
         lines.append(f"| {r['question']} | {r['position']} | {r['benchmark']} | {r['design']} | {r['baseline']} | "
                      f"{r['method']} | {r['z']:.2f} | {r['boundary']:.2f} | {r['verdict']} | "
-                     f"{r['decided_at_look'] or ''} |")
+                     f"{'' if pd.isna(r['decided_at_look']) else int(r['decided_at_look'])} |")
     return "\n".join(lines) + "\n"
 
 

@@ -132,3 +132,7 @@ def test_pods_confirm_writes_the_decisions_after_each_look(tmp_path, capsys):
     assert set(last["verdict"]) == {"faster", "higher"} and set(last["decided_at_look"]) == {2}
     assert "Confirmation after look 2 (8 seed pairs): finished" in capsys.readouterr().out
     assert out.with_suffix(".md").is_file()
+    # look 1's rows are undecided, look 2's decided: the look number stays a whole number, blank while undecided
+    assert "nan" not in out.read_text() and "2.0" not in out.read_text()
+    md = out.with_suffix(".md").read_text().splitlines()
+    assert all(line.endswith("| 2 |") for line in md if "| higher |" in line)
