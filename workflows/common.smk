@@ -9,12 +9,11 @@ from pathlib import Path
 import yaml
 
 from pods.atomic import atomic_write_text
-from pods.runs import RunFileError, read_summary
 from pods.vocabulary import METHOD_PATTERN
 from pods.vocabulary import RUN_KEY, run_path
 from pods.study import stamps
 from pods.study.expansion import Run, run_from
-from pods.study.plan import Study
+from pods.study.plan import Study, summary_or_empty
 
 STUDY = Study(config, schema=STUDY_SCHEMA)
 
@@ -143,12 +142,7 @@ def write_stamp(name, inputs=None):
 def is_finished(path: str) -> bool:
     """Whether the run in `path` is complete: the study's runs as read once at start (FINISHED); a
     run the study does not list (a confirmation's later batch) read when it is asked about."""
-    if path in SUMMARIES:
-        return path in FINISHED
-    try:
-        return read_summary(path).get("status") == "complete"
-    except RunFileError:
-        return False
+    return (SUMMARIES[path] if path in SUMMARIES else summary_or_empty(path)).get("status") == "complete"
 
 
 def run_inputs(path: str) -> list[str]:

@@ -29,6 +29,14 @@ from pods.study.run_configs import RunConfig, RunConfigs, format_overrides
 from pods.study.schema import StudyError, load_schema, validate
 
 
+def summary_or_empty(run_dir: str) -> dict:
+    """A run directory's summary.json, {} before the run started or when it is unreadable."""
+    try:
+        return read_summary(run_dir)
+    except RunFileError:
+        return {}
+
+
 class Study:
     """A validated study config (the merged config Snakemake validated against config/schema.yaml,
     or `load_study_config`): its runs, each run's config, and the commands of its jobs."""
@@ -123,8 +131,7 @@ class Study:
         (GRPO-GA beside PODS, say), a wall-clock effect no seed bootstrap sees. A draw per run (not
         a place in the study's list) also orders runs the study does not list: a confirmation's
         later batches (config `confirmation`) train seeds added after the study was built."""
-        key = f"{self.config.get('schedule_seed', 0)}:{run.benchmark}:{run.hardware}:{run.method}:{run.seed}"
-        return random.Random(key).randrange(1 << 30)
+        return random.Random(f"{self.config.get('schedule_seed', 0)}:{run}").randrange(1 << 30)
 
     def resource_names(self) -> list[str]:
         """Every scheduler resource some profile of this study asks for (a rule's resource names
@@ -138,13 +145,7 @@ class Study:
     def summaries(self) -> dict[str, dict]:
         """Run directory -> its summary.json ({} before it started or when unreadable): `running`
         mid-run, `complete` once the trainer finished, `failed` after a non-finite number."""
-        out = {}
-        for run in self.runs:
-            try:
-                out[self.paths.run_dir(run)] = read_summary(self.paths.run_dir(run))
-            except RunFileError:
-                out[self.paths.run_dir(run)] = {}
-        return out
+        return {self.paths.run_dir(run): summary_or_empty(self.paths.run_dir(run)) for run in self.runs}
 
     def study_rows(self) -> list[dict]:
         return [comparison.row() for comparison in self.comparisons]

@@ -17,7 +17,7 @@ from pods.study.schema import StudyError, load_study_config
 from pods.training import hub
 from pods.training.config import TrainConfig, load_train_config
 from pods.training.cost_clock import on_cost_clock
-from pods.vocabulary import parse_method
+from pods.vocabulary import parse_method, parse_run_path
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = ["config/smoke.yaml", "config/ablations.yaml", "config/decide.yaml", "config/large.yaml",
@@ -293,10 +293,8 @@ def test_the_committed_runs_are_what_the_study_resolves_now(layer):
     s = study(*([layer] if layer else []))
     later = []  # a confirmation's later looks: committed runs of seeds the study's `seeds` do not list
     if s.config.get("confirmation"):
-        for path in sorted((REPO / s.paths.runs_dir).glob("*/*/*/seed*")):
-            benchmark, hardware, method, seed = path.relative_to(REPO / s.paths.runs_dir).parts
-            later.append(Run(benchmark, hardware, method, int(seed.removeprefix("seed"))))
-        later = [run for run in later if run not in s.runs]
+        found = [Run(**parse_run_path(path)) for path in sorted((REPO / s.paths.runs_dir).glob("*/*/*/seed*"))]
+        later = [run for run in found if run not in s.runs]
     for run in [*s.runs, *later]:
         recorded = yaml.safe_load((REPO / s.paths.run_dir(run) / "config.yaml").read_text())
         # on the cost clock the trainer turns the budgets into steps of its arm's measured cost
