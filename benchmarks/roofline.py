@@ -16,6 +16,11 @@ the task; GRPO generates 16 rollouts per prompt, PODS 64; both train 128):
 3. **Decode**: one `generate` call of each rollout engine (prefill, then one token per row and
    step until every row has stopped or 32 tokens), GRPO and PODS shapes.
 
+Both phases run twice: "before", as the committed runs were trained (config/config.yaml pins it:
+the model's own eight-operation GELU, the update's rows in rollout order, the KV cache concatenated
+at every token, torch.multinomial), and "trainer", with the trainer's defaults (the fused GELU,
+length-bucketed micro-batches, the KV cache grown 8 positions at a time, inverse-CDF sampling).
+
 How the FLOPs are counted: `torch.utils.flop_counter.FlopCounterMode` (torch's own counter) records
 the matrix products each phase dispatches (mm, addmm, bmm and attention; this script registers
 torch's attention formula for the CPU flash-attention kernel, which the counter does not know)
@@ -32,6 +37,7 @@ and of the default decode goes, by operator (torch.profiler): what keeps a phase
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import sys
 import tempfile
@@ -46,7 +52,7 @@ from torch.utils.flop_counter import FlopCounterMode, register_flop_formula, sdp
 
 from pods.training.batches import UpdateBatch  # noqa: E402
 from pods.training.config import TrainConfig  # noqa: E402
-from pods.training.models import load_policy  # noqa: E402
+from pods.training.models import fuse_activations, load_policy  # noqa: E402
 from pods.training.rollout import rollout_engine_class  # noqa: E402
 from pods.training.rollout.base import encode_prompts  # noqa: E402
 from pods.training.tasks import get_task  # noqa: E402
@@ -196,73 +202,94 @@ def main() -> int:
     label, product, k, n = peak_key
     print(f"peak: {peak:.1f} GFLOP/s ({label} {product}, M={rows[label][0]}, K={k}, N={n})")
 
-    # 2. the update, 3. decoding: FLOPs counted once per variant, times the fastest of the rounds
-    def updater(compile_update: bool):
-        config = TrainConfig(benchmark=args.benchmark, micro_batch=len(batch), lr=1e-6, compile_update=compile_update)
-        return make_update_engine("torch", model=model, config=config)
+    # 2. the update, 3. decoding: FLOPs counted once per variant, times the fastest of the rounds.
+    # "before": the model's own GELU, the update's rows in rollout order, the concatenating KV cache
+    # and torch.multinomial (what the committed runs pin); "trainer": the trainer's defaults, the
+    # fused GELU, length buckets, the chunked KV cache and inverse-CDF sampling.
+    fused = copy.deepcopy(model)
+    fuse_activations(fused)
+    policies = {"before": model, "trainer": fused}
+    pinned = {"fused_activation": False, "length_buckets": False, "kv_cache_chunk": 1, "sampling": "multinomial"}
+    settings = {"before": TrainConfig(benchmark=args.benchmark, **pinned),
+                "trainer": TrainConfig(benchmark=args.benchmark)}
 
-    updates = {"update (eager)": updater(False)}
+    def updater(policy: str, *, buckets: bool, compile_update: bool = False):
+        config = TrainConfig(benchmark=args.benchmark, micro_batch=len(batch), lr=1e-6, compile_update=compile_update,
+                             length_buckets=buckets, fused_activation=policy == "trainer")
+        return make_update_engine("torch", model=copy.deepcopy(policies[policy]), config=config)
+
+    updates = {"update, before (model's GELU, rollout order)": updater("before", buckets=False),
+               "update, trainer (fused GELU, length buckets)": updater("trainer", buckets=True)}
     if args.compile_update:
-        updates["update (compile_update)"] = updater(True)
-    update_flops = counted(lambda: updates["update (eager)"].step(batch, advantages))
-    engines = {name: rollout_engine_class(name)(model=model, tokenizer=tokenizer) for name in args.rollout_engines}
+        updates["update, trainer + compile_update"] = updater("trainer", buckets=True, compile_update=True)
+    update_flops, update_positions = {}, {}
+    for label, engine in updates.items():
+        if "compile_update" in label:  # count the products of the same step run eagerly
+            update_flops[label] = update_flops["update, trainer (fused GELU, length buckets)"]
+        else:
+            update_flops[label] = counted(lambda: engine.step(batch, advantages))
+        update_positions[label] = sum(len(mb) * mb.completion_len for _, mb in engine._chunks(batch))
+    engines = {(policy, name): rollout_engine_class(name)(model=policies[policy], tokenizer=tokenizer,
+                                                          config=settings[policy])
+               for policy in policies for name in args.rollout_engines if policy == "trainer" or name == "hf"}
 
     def decode(engine, n, seed=0):
         torch.manual_seed(seed)
         return engine.generate(prompts, n, temperature=1.0, max_new_tokens=args.max_new_tokens)
 
     decode_flops, useful, tokens = {}, {}, {}
-    for name, engine in engines.items():
+    for (policy, name), engine in engines.items():
         eager = engine
         if getattr(engine, "compile", False):  # count the products of the same engine run eagerly
-            eager = type(engine)(model=model, tokenizer=tokenizer, compile=False)
+            eager = type(engine)(model=policies[policy], tokenizer=tokenizer, config=settings[policy], compile=False)
         for arm, n in ARMS.items():
-            decode_flops[(name, arm)] = counted(lambda: decode(eager, n))
+            decode_flops[(policy, name, arm)] = counted(lambda: decode(eager, n))
             rows_run = []  # rows of every one-token decoding call: the positions decoded
-            hook = model.register_forward_pre_hook(
+            hook = policies[policy].register_forward_pre_hook(
                 lambda module, args, kwargs: rows_run.append(kwargs["input_ids"].shape[0])
                 if kwargs["input_ids"].shape[1] == 1 else None, with_kwargs=True)
             try:
                 made = decode(eager, n)
             finally:
                 hook.remove()
-            tokens[(name, arm)] = made.num_tokens
+            tokens[(policy, name, arm)] = made.num_tokens
             # the first token of every row comes from the prefill, each later one from a decoding call
-            useful[(name, arm)] = made.num_tokens / (len(made) + sum(rows_run))
+            useful[(policy, name, arm)] = made.num_tokens / (len(made) + sum(rows_run))
     for step in updates.values():  # warm-up (compilation) off the clock
         step.step(batch, advantages)
     for engine in engines.values():
         for n in ARMS.values():
             decode(engine, n)
 
-    times: dict[str, float] = {}
+    times: dict = {}
     for _ in range(args.rounds):
         for label, step in updates.items():
             times[label] = min(times.get(label, float("inf")), fastest(lambda: step.step(batch, advantages), 1))
-        for name, engine in engines.items():
+        for key, engine in engines.items():
             for arm, n in ARMS.items():
-                key = f"decode {arm} ({name})"
-                times[key] = min(times.get(key, float("inf")), fastest(lambda: decode(engine, n), 1))
+                times[(*key, arm)] = min(times.get((*key, arm), float("inf")), fastest(lambda: decode(engine, n), 1))
 
-    trained_share = batch.num_tokens / (len(batch) * batch.completion_len)
     print(f"\n## Achieved rates ({load()})")
     print("| phase | s | GFLOP | GFLOP/s | of peak | real tokens | tokens/s |")
     print("|---|---|---|---|---|---|---|")
     for label in updates:
-        t = times[label]
-        print(f"| {label}, 128 rollouts x {batch.completion_len} positions | {t:.4f} | {update_flops / 1e9:.2f} | "
-              f"{update_flops / t / 1e9:.1f} | {update_flops / t / 1e9 / peak:.0%} | {trained_share:.0%} | "
+        t, flops, positions = times[label], update_flops[label], update_positions[label]
+        print(f"| {label}, {len(batch)} rollouts, {positions} positions | {t:.4f} | {flops / 1e9:.2f} | "
+              f"{flops / t / 1e9:.1f} | {flops / t / 1e9 / peak:.0%} | {batch.num_tokens / positions:.0%} | "
               f"{batch.num_tokens / t:.0f} |")
-    for name in engines:
+    for key in engines:
         for arm in ARMS:
-            key, flops = f"decode {arm} ({name})", decode_flops[(name, arm)]
-            t = times[key]
-            print(f"| {key} | {t:.4f} | {flops / 1e9:.2f} | {flops / t / 1e9:.1f} | {flops / t / 1e9 / peak:.0%} | "
-                  f"{useful[(name, arm)]:.0%} | {tokens[(name, arm)] / t:.0f} |")
+            policy, name = key
+            flops, t = decode_flops[(*key, arm)], times[(*key, arm)]
+            label = f"decode {arm}, {policy} ({name})"
+            print(f"| {label} | {t:.4f} | {flops / 1e9:.2f} | {flops / t / 1e9:.1f} | {flops / t / 1e9 / peak:.0%} | "
+                  f"{useful[(*key, arm)]:.0%} | {tokens[(*key, arm)] / t:.0f} |")
     if args.profile:
-        profile("update (eager)", lambda: updates["update (eager)"].step(batch, advantages))
-        for name, engine in engines.items():
-            profile(f"decode PODS n=64 ({name})", lambda: decode(engine, ARMS["PODS n=64"]))
+        default = updates["update, trainer (fused GELU, length buckets)"]
+        profile("update, trainer", lambda: default.step(batch, advantages))
+        for (policy, name), engine in engines.items():
+            if policy == "trainer":
+                profile(f"decode PODS n=64, trainer ({name})", lambda: decode(engine, ARMS["PODS n=64"]))
     print("\nof peak: counted matrix-product FLOPs / phase seconds / peak. real tokens: the share of the positions "
           "run that are real tokens (update: completion tokens over rows x completion length; decode: generated "
           "tokens over the rows of every decoding step, finished rows still in the batch included). tokens/s: "

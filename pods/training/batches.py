@@ -114,15 +114,19 @@ class UpdateBatch:
         Dropping them is exact (masked positions never reach a kept token) and saves compute;
         `completion_mask` keeps its first columns, so results align with the full batch's.
         """
-        attention = self.attention_mask[start:stop]
-        completion = self.completion_mask[start:stop]
+        return self.take(slice(start, stop))
+
+    def take(self, rows: slice | torch.Tensor) -> "UpdateBatch":
+        """The rows `rows` (a slice or a tensor of row indices, in that order), trimmed as `slice` trims."""
+        attention = self.attention_mask[rows]
+        completion = self.completion_mask[rows]
         used = completion.any(dim=0).nonzero()
         T = int(used.max()) + 1 if len(used) else 1
         drop_right = self.completion_len - T
         left = int((attention.any(dim=0)).nonzero().min())
         end = attention.shape[1] - drop_right
         return UpdateBatch(
-            input_ids=self.input_ids[start:stop, left:end],
+            input_ids=self.input_ids[rows][:, left:end],
             attention_mask=attention[:, left:end],
             completion_mask=completion[:, :T],
         )

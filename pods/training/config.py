@@ -14,6 +14,7 @@ from pods.vocabulary import RUN_LAYOUT, kept_rule, method_for
 # --- the training configuration ------------------------------------------------------------------
 PRECISIONS = ("fp32", "bf16", "fp16")
 NORMALIZE_OVER = ("kept", "all")
+SAMPLINGS = ("inverse_cdf", "multinomial")  # how a rollout token is drawn (pods.training.rollout.hf.choose)
 
 
 @dataclass
@@ -215,6 +216,39 @@ class TrainConfig:
                           "without it) are not reproduced bit for bit with it on. Rollouts stay eager."},
     )
 
+    kv_cache_chunk: int = field(
+        default=8,
+        metadata={"help": "hf engine: the KV cache grows by this many positions at a time, written in place, "
+                          "attention over the whole buffer with the unwritten positions masked (`pods.training."
+                          "rollout.hf.ChunkedCache`); 1: transformers' DynamicCache, which concatenates (copies the "
+                          "whole cache) at every token. Greedy and sampled tokens were identical on the tested models; "
+                          "runs trained before it existed pin 1."},
+    )
+    sampling: str = field(
+        default="inverse_cdf",
+        metadata={"help": "How a rollout token is drawn from softmax(logits / temperature) (hf engines): inverse_cdf "
+                          "(one uniform number per row, looked up in the cumulative probabilities) or multinomial "
+                          "(`torch.multinomial`, an exponential variate per vocabulary entry on a CPU). The same "
+                          "distribution, other draws from the same seed; runs trained before it existed pin "
+                          "multinomial."},
+    )
+    fused_activation: bool = field(
+        default=True,
+        metadata={"help": "Run the policy's tanh GELU (`gelu_new`, GPT-2's; eight elementwise passes in transformers' "
+                          "NewGELUActivation) as torch's fused kernel (transformers' GELUTanh, the same function), in "
+                          "rollouts, update and evaluation. The numbers change in the last bits; runs trained before "
+                          "it existed (the confirmation's, the ablations', the alternatives') pin it off. A policy "
+                          "without that activation is left as it is."},
+    )
+    length_buckets: bool = field(
+        default=True,
+        metadata={"help": "torch and lora engines: group the update's rows into micro-batches by completion length, "
+                          "split where the padding saved pays for another pass (`pods.training.update.torch_engine."
+                          "length_buckets`), instead of in rollout order. The loss is the same sum up to the order of "
+                          "floating-point additions; runs trained before it existed pin it off. The deepspeed engine "
+                          "keeps equal micro-batches (its processes must make the same calls)."},
+    )
+
     # ---- engine options: read by the engine named in the comment (its options class validates them)
     lora_rank: int = field(default=64, metadata={"help": "lora: LoRA rank r (paper: 64)."})
     lora_alpha: int = field(default=64,
@@ -347,7 +381,9 @@ class TrainConfig:
         # ZeRO-3 gathers weights inside every forward, so its processes decode in lockstep (hf does, hf_static not)
         need(not (self.rollout_engine == "hf_static" and self.update_engine == "deepspeed"
                   and self.deepspeed_zero_stage == 3), "rollout_engine", "cannot run beside DeepSpeed ZeRO-3 (use hf)")
-        for key in ("prompts_per_step", "micro_batch", "max_new_tokens", "eval_repeats", "eval_batch", "num_threads"):
+        choice("sampling", SAMPLINGS)
+        for key in ("prompts_per_step", "micro_batch", "max_new_tokens", "eval_repeats", "eval_batch", "num_threads",
+                    "kv_cache_chunk"):
             need(getattr(self, key) >= 1, key, "must be >= 1")
         for key in ("lr", "temperature", "eval_temperature"):
             need(getattr(self, key) > 0, key, "must be > 0")

@@ -346,7 +346,7 @@ def check_base_model(cfg: TrainConfig) -> None:
 
 
 def build_parts(cfg: TrainConfig) -> Parts:
-    from pods.training.models import load_policy
+    from pods.training.models import fuse_activations, load_policy
     from pods.training.tasks import get_task
 
     torch.set_num_threads(cfg.num_threads)
@@ -355,6 +355,8 @@ def build_parts(cfg: TrainConfig) -> Parts:
     if device == "cuda" and "LOCAL_RANK" in os.environ:  # one device per process under a launcher
         device = f"cuda:{os.environ['LOCAL_RANK']}"
     model, tokenizer = load_policy(cfg.model_path(), device=device)
+    if cfg.fused_activation:
+        fuse_activations(model)
     updater = make_update_engine(cfg.update_engine, model=model, config=cfg)
     sampler = make_rollout_engine(cfg.rollout_engine, model=updater.policy, tokenizer=tokenizer, config=cfg)
     rank, size = world()  # after the update engine, which starts torch.distributed if it needs it

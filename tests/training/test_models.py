@@ -58,3 +58,28 @@ def test_bad_arguments_fail_clearly(tmp_path, tokenizer):
         build_tiny_policy(tokenizer, d_model=30, n_head=4)
     with pytest.raises(FileNotFoundError, match="config.json"):
         load_policy(tmp_path / "nothing-here")
+
+
+def test_fused_activation_is_the_same_function_in_one_kernel(tokenizer):
+    """fuse_activations swaps GPT-2's eight-operation tanh GELU for torch's fused kernel: the logits and
+    their gradients agree to float rounding, and a model without that activation is left alone."""
+    import copy
+
+    from transformers.activations import GELUTanh, NewGELUActivation
+
+    from pods.training.models import fuse_activations
+
+    model = build_tiny_policy(tokenizer, arch="gpt2", n_layer=2, d_model=32, n_head=2, seed=3)
+    fused = copy.deepcopy(model)
+    assert fuse_activations(fused) == 2 and fuse_activations(fused) == 0
+    assert not any(isinstance(m, NewGELUActivation) for m in fused.modules())
+    assert sum(isinstance(m, GELUTanh) for m in fused.modules()) == 2
+    x = torch.tensor([tokenizer("4+7-8=11,3#3")["input_ids"]])
+    out, out_fused = model(x).logits, fused(x).logits
+    torch.testing.assert_close(out_fused, out, atol=1e-5, rtol=1e-5)
+    out.square().sum().backward()
+    out_fused.square().sum().backward()
+    for p, q in zip(model.parameters(), fused.parameters(), strict=True):
+        torch.testing.assert_close(q.grad, p.grad, atol=1e-4, rtol=1e-4)
+    llama = build_tiny_policy(tokenizer, arch="llama", n_layer=2, d_model=32, n_head=2, seed=3)
+    assert fuse_activations(llama) == 0  # SiLU is one kernel already

@@ -1,5 +1,7 @@
 """The hf rollout engine against transformers' own generate, and the update batch it feeds."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -39,9 +41,10 @@ def hf_greedy(model, prompt, eos, max_new_tokens):
     return out[: out.index(eos) + 1] if eos in out else out
 
 
-def test_greedy_equals_transformers_generate(model, tok):
+@pytest.mark.parametrize("chunk", [1, 3, 8])  # kv_cache_chunk: transformers' DynamicCache, then ChunkedCache
+def test_greedy_equals_transformers_generate(model, tok, chunk):
     prompts = encode_prompts(tok, TEXTS)
-    engine = HFRolloutEngine(model=model, tokenizer=tok)
+    engine = HFRolloutEngine(model=model, tokenizer=tok, config=SimpleNamespace(kv_cache_chunk=chunk))
     got = engine.generate(prompts, 3, temperature=1.0, max_new_tokens=12, greedy=True)
     assert got.completion_ids.shape[0] == len(TEXTS) * 3
     assert got.group.tolist() == [g for g in range(len(TEXTS)) for _ in range(3)]
@@ -50,13 +53,15 @@ def test_greedy_equals_transformers_generate(model, tok):
         assert mine == hf_greedy(model, prompts[row // 3], tok.eos_token_id, 12)
 
 
-def test_eos_stops_rows_and_pads_after(model, tok):
+@pytest.mark.parametrize("chunk", [1, 8])
+def test_eos_stops_rows_and_pads_after(model, tok, chunk):
     prompts = encode_prompts(tok, TEXTS)
     # choose as "EOS" a token the greedy continuations produce early, so rows end at different times
     free = HFRolloutEngine(model=model, tokenizer=tok).generate(prompts, 1, temperature=1.0, max_new_tokens=12,
                                                                 greedy=True)
     eos = int(free.completion_ids[0, 2])
-    engine = HFRolloutEngine(model=model, tokenizer=Ids(tok.pad_token_id, eos))
+    engine = HFRolloutEngine(model=model, tokenizer=Ids(tok.pad_token_id, eos),
+                             config=SimpleNamespace(kv_cache_chunk=chunk))
     got = engine.generate(prompts, 2, temperature=1.0, max_new_tokens=12, greedy=True)
     lengths = got.lengths.tolist()
     assert min(lengths) <= 3 and got.completion_ids.shape[1] == max(lengths)
@@ -82,7 +87,8 @@ def test_prompt_is_prefilled_once_then_one_token_per_call(model, tok):
     assert all(s[1] == 1 for s in shapes[1:]) and len(shapes) <= 5
 
 
-def test_sampling_follows_the_tempered_distribution(model, tok):
+@pytest.mark.parametrize("sampling", ["inverse_cdf", "multinomial"])
+def test_sampling_follows_the_tempered_distribution(model, tok, sampling):
     prompt = encode_prompts(tok, ["3+4="])
     temperature = 0.7
     with torch.no_grad():
@@ -90,7 +96,8 @@ def test_sampling_follows_the_tempered_distribution(model, tok):
     expected = torch.softmax(logits / temperature, -1)
     n = 4000
     torch.manual_seed(0)
-    got = HFRolloutEngine(model=model, tokenizer=tok).generate(prompt, n, temperature=temperature, max_new_tokens=1)
+    got = HFRolloutEngine(model=model, tokenizer=tok, config=SimpleNamespace(sampling=sampling)).generate(
+        prompt, n, temperature=temperature, max_new_tokens=1)
     freq = torch.bincount(got.completion_ids[:, 0], minlength=len(expected)).double() / n
     top = expected.argsort(descending=True)[:5]
     # binomial standard error; 5 sigma
@@ -247,3 +254,48 @@ def test_compiled_static_engine_greedy_equals_hf_engine(lively, tok):
     got = static_engine(model, tok, compile=True).generate(prompts, 4, temperature=1.0, max_new_tokens=10, greedy=True)
     assert torch.equal(got.completion_ids, want.completion_ids) and torch.equal(got.completion_mask,
                                                                                 want.completion_mask)
+
+
+def test_update_batch_take_trims_like_slice_and_keeps_the_rows_order(model, tok):
+    prompts = encode_prompts(tok, TEXTS)
+    torch.manual_seed(0)
+    rollouts = make_rollout_engine("hf", model=model, tokenizer=tok, config=None).generate(
+        prompts, 4, temperature=1.0, max_new_tokens=10
+    )
+    batch = UpdateBatch.from_rollouts(rollouts, torch.arange(len(rollouts)), tok.pad_token_id)
+    rows = torch.tensor([9, 2, 13])
+    part, by_rows = batch.take(rows), batch.take(slice(2, 5))
+    for got, index in ((part, rows), (by_rows, torch.arange(2, 5))):
+        T = got.completion_len
+        assert T == int(batch.completion_mask[index].sum(dim=0).nonzero().max()) + 1
+        torch.testing.assert_close(got.completion_mask, batch.completion_mask[index, :T])
+        prompt_width = max(len(prompts[int(r) // 4]) for r in index)  # no column that is padding in every row
+        assert got.input_ids.shape[1] == prompt_width + T
+        assert torch.equal(got.attention_mask.sum(dim=1), batch.attention_mask[index].sum(dim=1))
+    with torch.no_grad():
+        full = token_logprobs(model, batch)
+        torch.testing.assert_close(token_logprobs(model, part), full[rows, : part.completion_len], atol=1e-5, rtol=1e-5)
+
+
+def test_inverse_cdf_never_draws_a_token_of_zero_probability_and_is_seeded():
+    from pods.training.rollout.hf import choose
+
+    logits = torch.tensor([[0.0, -float("inf"), 2.0, -float("inf"), 1.0]]).repeat(20000, 1)
+    draw = lambda seed: choose(logits, greedy=False, temperature=1.0,  # noqa: E731
+                               generator=torch.Generator().manual_seed(seed))
+    tokens = draw(0)
+    counts = torch.bincount(tokens, minlength=5)
+    assert counts[1] == counts[3] == 0
+    expected = torch.softmax(logits[0], -1)
+    assert ((counts.double() / len(tokens) - expected).abs() <= 5 * (expected * (1 - expected) / len(tokens)).sqrt()
+            + 1e-3).all()
+    assert torch.equal(draw(0), tokens) and not torch.equal(draw(1), tokens)
+
+
+@pytest.mark.parametrize("chunk", [3, 8])
+def test_the_chunked_cache_samples_the_tokens_of_the_concatenating_one(model, tok, chunk):
+    """Same seed, same tokens: attention over the chunk's masked tail adds exact zeros."""
+    prompts = encode_prompts(tok, TEXTS)
+    made = [HFRolloutEngine(model=model, tokenizer=tok, config=SimpleNamespace(kv_cache_chunk=c)).generate(
+        prompts, 6, temperature=1.0, max_new_tokens=12, seed=7) for c in (1, chunk)]
+    assert torch.equal(made[0].completion_ids, made[1].completion_ids)

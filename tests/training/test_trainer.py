@@ -97,17 +97,48 @@ def test_gradient_accumulation_equals_one_big_batch(base, tmp_path, loss_agg):
     batch = UpdateBatch.from_rollouts(rollouts, torch.arange(24), tok.pad_token_id)
     advantages = torch.randn(24)
     grads, losses = [], []
-    for micro_batch in (24, 5):
+    # in rollout order, then grouped by completion length (length_buckets): the same gradient
+    for micro_batch, buckets in ((24, "false"), (5, "false"), (5, "true"), (24, "true")):
         cfg = config(base, tmp_path, "n=8", "m=8", f"micro_batch={micro_batch}", f"loss_agg={loss_agg}",
-                     "max_steps=1", "max_grad_norm=0")
+                     "max_steps=1", "max_grad_norm=0", f"length_buckets={buckets}")
         engine = TorchUpdateEngine(model=load_policy(base)[0], config=cfg)
         # keep the gradient the step accumulated (Adam's first step is ~lr * sign(g): too coarse to compare)
         engine.optimizer.step = engine.optimizer.zero_grad = lambda *a, **k: None
         losses.append(engine.step(batch, advantages)["loss"])
         grads.append(torch.cat([p.grad.flatten() for p in engine.policy.parameters()]))
     assert grads[0].abs().max() > 0
-    torch.testing.assert_close(grads[0], grads[1], atol=1e-7, rtol=1e-4)
-    assert math.isclose(losses[0], losses[1], rel_tol=1e-5, abs_tol=1e-7)
+    for grad, loss in zip(grads[1:], losses[1:]):
+        torch.testing.assert_close(grad, grads[0], atol=1e-7, rtol=1e-4)
+        assert math.isclose(loss, losses[0], rel_tol=1e-5, abs_tol=1e-7)
+
+
+def test_length_buckets_are_the_cheapest_split_of_the_sorted_rows():
+    """Against brute force over every split of the rows sorted by length (within each run of
+    micro_batch rows): every row once, no bucket over micro_batch, and the least padded positions plus
+    pass costs."""
+    import itertools
+
+    from pods.training.update.torch_engine import length_buckets
+
+    g = torch.Generator().manual_seed(0)
+    for _ in range(150):
+        rows, micro_batch = int(torch.randint(1, 12, (1,), generator=g)), int(torch.randint(1, 14, (1,), generator=g))
+        lengths, pass_cost = torch.randint(1, 8, (rows,), generator=g), int(torch.randint(0, 12, (1,), generator=g))
+        buckets = length_buckets(lengths, micro_batch, pass_cost)
+        assert torch.equal(torch.cat(buckets).sort().values, torch.arange(rows))
+        assert all(0 < len(b) <= micro_batch for b in buckets)
+        cost = sum(len(b) * int(lengths[b].max()) + pass_cost for b in buckets)
+        ordered, best = sorted(lengths.tolist()), 0
+        for start in range(0, rows, micro_batch):
+            run = ordered[start:start + micro_batch]
+            best += min(
+                sum((hi - lo) * run[hi - 1] + pass_cost for lo, hi in itertools.pairwise([0, *cuts, len(run)]))
+                for k in range(len(run)) for cuts in itertools.combinations(range(1, len(run)), k)
+            )
+        assert cost == best, (lengths.tolist(), micro_batch, pass_cost)
+    # all alike: one bucket per micro-batch; a long tail: split off when it pays
+    assert [len(b) for b in length_buckets(torch.full((10,), 4), 4, 100)] == [4, 4, 2]
+    assert [len(b) for b in length_buckets(torch.tensor([30] + [2] * 20), 64, 16)] == [20, 1]
 
 
 @pytest.mark.parametrize(

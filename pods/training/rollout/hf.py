@@ -4,11 +4,13 @@ Each distinct prompt is prefilled once and its cache repeated n times, as vLLM's
 would share it; rows that have emitted EOS are dropped from the batch (and the cache) as they
 accumulate, so long-tailed length distributions do not keep paying for finished rows.
 
-The cache grows by concatenation (`DynamicCache`), which copies it at every step. A cache
-preallocated for the whole completion and read through views of its filled positions gives the
-same tokens but was slower on the embedded CPU model: CPU attention over keys that are not
-contiguous costs more than the copy saves. `hf_static` (pods.training.rollout.hf_static) is the
-static-shape, compiled variant, for GPUs.
+The cache grows `kv_cache_chunk` positions at a time (`ChunkedCache`): each step writes its keys
+and values in place and attention reads the whole buffer, the positions not yet written masked.
+`DynamicCache` (chunk 1) concatenates at every step, allocating and copying the whole cache: a fifth
+of the PODS decode on the embedded CPU model. Reading only the filled positions of a preallocated
+buffer (views that are not contiguous) was slower still: CPU attention over such keys costs more
+than the copy saves. `hf_static` (pods.training.rollout.hf_static) is the static-shape, compiled
+variant, for GPUs.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import functools
 import torch
 import torch.distributed as dist
 from transformers import DynamicCache
+from transformers.cache_utils import Cache, DynamicLayer
 
 from pods.training.batches import Rollouts
 from pods.training.models import CACHE
@@ -25,6 +28,62 @@ from pods.training.rollout.base import RolloutEngine
 # Compact the running batch once this share of its rows has finished: each compaction copies
 # the cache, so doing it for every finished row would cost more than it saves.
 COMPACT_FRACTION = 0.25
+# Positions the KV cache grows by at a time (config key `kv_cache_chunk`); the trainer's default.
+KV_CACHE_CHUNK = 8
+
+
+class ChunkedLayer(DynamicLayer):
+    """A layer's keys and values in a buffer that grows `chunk` positions at a time.
+
+    A `DynamicLayer` concatenates at every decoding step, allocating and copying the whole cache
+    each time (a fifth of decoding's time at the embedded PODS shapes). Here each step writes its
+    position in place; the buffer is copied into a larger one only every `chunk` steps. Attention
+    reads the whole buffer, contiguous, and the positions not yet written are masked: the mask
+    sizes say the buffer's length, and the 2D attention mask, shorter than it, is padded with zeros
+    (transformers' `prepare_padding_mask`), besides causality hiding every position past the query.
+    """
+
+    def __init__(self, chunk: int):
+        super().__init__()
+        self.chunk = chunk
+        self.written = 0
+
+    def _capacity(self, length: int) -> int:
+        return -(-length // self.chunk) * self.chunk
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.written + key_states.shape[-2]
+        if self.keys.numel() == 0 or end > self.keys.shape[-2]:  # grow: the one copy in `chunk` steps
+            shape = (*key_states.shape[:2], self._capacity(end), key_states.shape[-1])
+            keys, values = key_states.new_zeros(shape), value_states.new_zeros(shape)
+            if self.written:
+                keys[:, :, : self.written] = self.keys[:, :, : self.written]
+                values[:, :, : self.written] = self.values[:, :, : self.written]
+            self.keys, self.values = keys, values
+        self.keys[:, :, self.written:end] = key_states
+        self.values[:, :, self.written:end] = value_states
+        self.written = end
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.written
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self._capacity(self.written + query_length), 0
+
+    def reset(self) -> None:
+        self.written = 0
+        super().reset()
+
+
+class ChunkedCache(DynamicCache):
+    """A `DynamicCache` of `ChunkedLayer`s, one per layer of the model from the start (transformers sizes
+    the mask of a layer it has not seen yet by the query alone)."""
+
+    def __init__(self, chunk: int, num_layers: int):
+        Cache.__init__(self, layers=[ChunkedLayer(chunk) for _ in range(num_layers)])
 
 
 class HFRolloutEngine(RolloutEngine):
@@ -44,6 +103,9 @@ class HFRolloutEngine(RolloutEngine):
             getattr(config, "update_engine", None) == "deepspeed" and getattr(config, "deepspeed_zero_stage", 0) == 3
             and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
         )
+        # config=None (tests, benchmarks): the trainer's defaults
+        self.chunk = getattr(config, "kv_cache_chunk", KV_CACHE_CHUNK)
+        self.sampling = getattr(config, "sampling", "inverse_cdf")
         self.pad_id = tokenizer.pad_token_id
         self.eos_id = tokenizer.eos_token_id
         if self.pad_id is None or self.eos_id is None:
@@ -70,7 +132,8 @@ class HFRolloutEngine(RolloutEngine):
         generator = None
         if seed is not None and not greedy:
             generator = torch.Generator(device=device).manual_seed(seed)
-        sample = functools.partial(choose, greedy=greedy, temperature=temperature, generator=generator)
+        sample = functools.partial(choose, greedy=greedy, temperature=temperature, generator=generator,
+                                   sampling=self.sampling)
         try:
             cache, logits, attention = self._prefill(model, prompt_ids, n, device)
             tokens, mask = self._decode(model, cache, logits, attention, sample, max_new_tokens)
@@ -89,7 +152,7 @@ class HFRolloutEngine(RolloutEngine):
             attention[g, width - len(p):] = 1
         positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
 
-        cache = DynamicCache()
+        cache = DynamicCache() if self.chunk <= 1 else ChunkedCache(self.chunk, model.config.num_hidden_layers)
         out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
                     use_cache=True, logits_to_keep=1, **{CACHE: cache})
         cache = getattr(out, CACHE)
@@ -136,12 +199,24 @@ class HFRolloutEngine(RolloutEngine):
         return tokens, mask
 
 
-def choose(logits: torch.Tensor, *, greedy: bool, temperature: float, generator) -> torch.Tensor:
-    """The next token of every row: argmax, or a draw from softmax(logits / temperature)."""
+def choose(logits: torch.Tensor, *, greedy: bool, temperature: float, generator,
+           sampling: str = "inverse_cdf") -> torch.Tensor:
+    """The next token of every row: argmax, or a draw from softmax(logits / temperature).
+
+    `sampling` is how the draw is made (config key `sampling`): `inverse_cdf`, one uniform number per
+    row looked up in the cumulative probabilities; `multinomial`, `torch.multinomial`, which on a CPU
+    draws an exponential variate per vocabulary entry (8x slower at the embedded PODS shapes, [512, 100]).
+    The same distribution, different draws from the same seed.
+    """
     if greedy:
         return logits.argmax(dim=-1)
     probs = torch.softmax(logits / temperature, dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    if sampling == "multinomial":
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    cdf = probs.double().cumsum(dim=-1)  # float64: a vocabulary of 150k keeps its tail
+    u = torch.rand(len(cdf), 1, generator=generator, dtype=torch.float64, device=cdf.device) * cdf[:, -1:]
+    # token i is drawn when cdf[i-1] <= u < cdf[i]: one of zero probability never is
+    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[-1] - 1)
 
 
 def cut_after_eos(prompt_ids, n, tokens, mask, eos_id, pad_id) -> Rollouts:

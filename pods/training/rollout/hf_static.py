@@ -56,6 +56,7 @@ class StaticHFRolloutEngine(HFRolloutEngine):
         if self.lockstep:
             raise ValueError("rollout_engine 'hf_static' does not run under DeepSpeed ZeRO-3 (use 'hf')")
         self.compile = compile
+        self.chunk = 1  # the prefill's cache is copied into the static one position for position
         self._step = None
         self._caches: dict[tuple, StaticCache] = {}
 

@@ -130,7 +130,7 @@ class DeepSpeedUpdateEngine(UpdateEngine):
         size = self.ds_config["train_micro_batch_size_per_gpu"]
         for lo in range(start, stop, size):
             hi = min(lo + size, stop)
-            yield lo, hi, batch.slice(lo, hi).to(self.device)
+            yield slice(lo, hi), batch.slice(lo, hi).to(self.device)
 
     def _autocast(self):
         if self.cfg.precision == "fp32":
@@ -153,9 +153,10 @@ class DeepSpeedUpdateEngine(UpdateEngine):
     def _logprobs_of(self, model, batch: UpdateBatch) -> torch.Tensor:
         start, stop = shard(len(batch), self.rank, self.world_size)
         local = torch.zeros((stop - start, batch.completion_len), dtype=torch.float32)
-        for lo, hi, mb in self._micro_batches(batch):
+        for rows, mb in self._micro_batches(batch):
             with self._autocast():
-                local[lo - start : hi - start, : mb.completion_len] = token_logprobs(model, mb).float().cpu()
+                logprobs = token_logprobs(model, mb).float().cpu()
+                local[rows.start - start : rows.stop - start, : mb.completion_len] = logprobs
         return self._all_rows(local, batch)
 
     # ------------------------------------------------------------------------------ interface
