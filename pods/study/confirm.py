@@ -51,9 +51,8 @@ def look_z(summary: pd.DataFrame, order: Mapping[str, Sequence[tuple]]) -> dict[
     """Each question's primaries at one look, in their order, on the normal scale: the sign of the
     estimate (against no effect) times the normal quantile of the one-sided p-value of its declared
     test (the paired t, or the t_boot statistic on k - 1 degrees of freedom), as
-    sequential.z_from_t does. NaN for a primary the summary lacks, and for one whose interval could
-    not be computed (a resample with an infinite speedup leaves the bootstrap SD undefined, and its
-    p-value says nothing): it stays undecided at that look."""
+    sequential.z_from_t does. NaN for a primary the summary lacks or whose p-value is missing: it
+    stays undecided at that look."""
     out = {}
     for question, keys in order.items():
         e = verdict.PRIMARY[question]
@@ -63,9 +62,8 @@ def look_z(summary: pd.DataFrame, order: Mapping[str, Sequence[tuple]]) -> dict[
         z = []
         for key in keys:
             r = rows.get(key)
-            numbers = ([r.get("p_value", math.nan), r.get("estimate", math.nan)]
-                       + [r[c] for c in ("ci_low", "ci_high") if c in r]) if r else [math.nan]
-            if not all(math.isfinite(float(x)) for x in numbers):
+            if r is None or not math.isfinite(r.get("p_value", math.nan)) or not math.isfinite(r.get("estimate",
+                                                                                                     math.nan)):
                 z.append(math.nan)
                 continue
             effect = math.log(r["estimate"]) if e.log_scale else r["estimate"]
@@ -127,7 +125,7 @@ def confirmation_markdown(table: pd.DataFrame, finished_now: bool) -> str:
              "look |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in last.to_dict("records"):
-        z = "n/a" if pd.isna(r["z"]) else f"{r['z']:.2f}"  # no usable interval (look_z)
+        z = "n/a" if pd.isna(r["z"]) else f"{r['z']:.2f}"  # no p-value (look_z)
         lines.append(f"| {r['question']} | {r['position']} | {r['benchmark']} | {r['design']} | {r['baseline']} | "
                      f"{r['method']} | {z} | {r['boundary']:.2f} | {r['verdict']} | "
                      f"{'' if pd.isna(r['decided_at_look']) else int(r['decided_at_look'])} |")

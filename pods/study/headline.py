@@ -150,7 +150,7 @@ def confirmation_lines(look_table: str | os.PathLike, *, config: str = "config/d
              f"  decided: {len(decided)} of {len(rows)} primary endpoints at the group-sequential boundary"]
     for r in sorted(rows, key=lambda r: (r["question"], int(r["position"]))):
         z = _number(r["z"])
-        z = f"{z:.2f}" if math.isfinite(z) else "n/a (no usable interval)"
+        z = f"{z:.2f}" if math.isfinite(z) else "n/a (no p-value)"
         lines.append(f"      ({r['question']}) {r['benchmark']} {r['design']} {r['method']} vs {r['baseline']}: "
                      f"z {z} (boundary {_number(r['boundary']):.2f}) {_decision(r)}")
     lines.append(f"  table: {Path(look_table).with_suffix('.md')}")

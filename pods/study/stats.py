@@ -277,7 +277,7 @@ def percentile(replicates: np.ndarray, estimate: np.ndarray, k, paired: bool = F
 def expanded(replicates: np.ndarray, estimate: np.ndarray, k: int, paired: bool = False) -> Interval:
     """The expanded percentile bootstrap: percentile quantiles at Phi(-sqrt(k/(k-1)) t_{0.975, df})."""
     scale, df = _expansion(k, paired)
-    if not np.isfinite(scale):
+    if not np.isfinite(scale) or replicates.shape[-1] == 0:  # no resample to read a quantile off
         return _undecided(estimate)
     tail = float(sps.norm.cdf(-scale * sps.t.ppf(1 - ALPHA / 2, df)))
     lo, hi = np.nanquantile(replicates, [tail, 1 - tail], axis=-1)
@@ -303,7 +303,10 @@ def t_boot(replicates: np.ndarray, estimate: np.ndarray, k, paired: bool = False
     q = sps.t.ppf(1 - ALPHA / 2, df)
     with np.errstate(divide="ignore", invalid="ignore"):
         p = 2 * sps.t.sf(np.abs(estimate) / se, df)
-    return Interval(estimate - q * se, estimate + q * se, np.where(se > 0, p, np.where(estimate == 0, 1.0, 0.0)))
+    # no spread: a difference every resample agrees on decides; an undefined SD (a resample with an
+    # infinite speedup: a fitted curve above a level at t = 0) says nothing, as `_undecided` says
+    p = np.where(se > 0, p, np.where(np.isnan(se) | (estimate == 0), 1.0, 0.0))
+    return Interval(estimate - q * se, estimate + q * se, p)
 
 
 def hull(replicates: np.ndarray, estimate: np.ndarray, k, paired: bool = False) -> Interval:

@@ -26,6 +26,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import get_scheduler
 
+from pods.training.config import TrainConfig
 from pods.training.evaluation import EvalSet, evaluate
 from pods.training.models import build_char_tokenizer, build_tiny_policy, n_params
 from pods.training.rollout.hf import HFRolloutEngine
@@ -65,7 +66,10 @@ def evaluate_base(model, tokenizer, task, cfg: WarmStartConfig) -> dict:
     Both go through the trainer's own `hf` rollout engine and `EvalSet`, so the base accuracy in
     warmstart.json is the number every RL curve starts from.
     """
-    engine = HFRolloutEngine(model=model, tokenizer=tokenizer)
+    # the sampler and cache the committed bases' pass@k were drawn with (docs/embedded-default.md
+    # quotes them); greedy decoding gives the same tokens under the trainer's defaults
+    engine = HFRolloutEngine(model=model, tokenizer=tokenizer,
+                             config=TrainConfig(sampling="multinomial", kv_cache_chunk=1))
     greedy = evaluate(engine, task, tokenizer, EvalSet.build(task, tokenizer, cfg.eval_items), greedy=True,
                       max_new_tokens=cfg.max_new_tokens, batch_size=cfg.eval_batch)
 

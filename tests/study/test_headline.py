@@ -142,8 +142,8 @@ def test_a_study_prints_only_the_confirmation_of_its_own_comparisons(tmp_path):
         folder.relative_to(REPO))
 
 
-def test_the_confirmations_lines_name_a_primary_without_a_usable_interval(tmp_path):
-    """A look row whose z is empty (no usable interval, confirm.look_z) reads n/a, never nan."""
+def test_the_confirmations_lines_name_a_primary_without_a_p_value(tmp_path):
+    """A look row whose z is empty (no p-value, confirm.look_z) reads n/a, never nan."""
     from pods.study.headline import confirmation_lines
 
     table = (REPO / "results/decide/confirm/look1.csv").read_text().splitlines()
@@ -152,5 +152,5 @@ def test_the_confirmations_lines_name_a_primary_without_a_usable_interval(tmp_pa
     row[header.index("z")] = ""
     (tmp_path / "look1.csv").write_text("\n".join([table[0], ",".join(row), *table[2:]]) + "\n")
     lines = confirmation_lines(tmp_path / "look1.csv")
-    assert any("z n/a (no usable interval)" in line for line in lines)
+    assert any("z n/a (no p-value)" in line for line in lines)
     assert not any(" nan " in line for line in lines)

@@ -111,9 +111,8 @@ def test_a_confirmation_orders_its_primaries_by_a_priori_power_and_decides_by_lo
     # a negative effect decides the other way
     lower = confirm.look_z(look(1e-9, 1e-9, est=-0.03), order)
     assert (lower["b"] < 0).all()
-    # a primary whose interval could not be computed (an undefined bootstrap SD) is no evidence,
-    # whatever p-value came with it: undecided at that look, printed as n/a
-    broken = look(0.0, 1e-9).assign(ci_low=[0.01, 0.01, float("nan")], ci_high=[0.03, 0.03, float("nan")])
+    # a primary without a p-value is no evidence: undecided at that look, printed as n/a
+    broken = look(0.0, 1e-9).assign(p_value=[1e-9, 1e-9, float("nan")])
     z = confirm.look_z(broken, order)
     assert np.isnan(z["a"]).all() and np.isfinite(z["b"]).all()
     table = confirm.confirmation_table([z], order, batch=4, max_looks=4)

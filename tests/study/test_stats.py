@@ -75,6 +75,21 @@ def test_expanded_interval_uses_hesterbergs_quantile_and_t_boot_its_sd():
             assert (iv.p_value[0] < 0.05) == (iv.low[0] > 0), (method.__name__, mean)
 
 
+def test_resamples_that_leave_no_spread_to_read_are_undecided_not_decided():
+    """An infinite resample (a fitted curve above a level at t = 0) makes the bootstrap SD undefined:
+    t_boot reads it as no evidence (p = 1, no interval), not as p = 0; a set of resamples with none
+    finite is undecided by every interval instead of failing; a spread of exactly 0 still decides."""
+    reps = np.array([[0.1, 0.3, np.inf, 0.2]])
+    for method in (stats.t_boot, stats.hull):
+        iv = method(reps, np.array([0.2]), 4, paired=True)
+        assert iv.p_value[0] == 1.0 and np.isnan(iv.low[0]) and np.isnan(iv.high[0]), method.__name__
+    for method in (stats.expanded, stats.t_boot, stats.hull):
+        iv = method(np.empty((1, 0)), np.array([0.2]), 4, paired=True)
+        assert iv.p_value[0] == 1.0 and np.isnan(iv.low[0]), method.__name__
+    assert stats.t_boot(np.full((1, 5), 0.2), np.array([0.2]), 4).p_value[0] == 0.0
+    assert stats.t_boot(np.zeros((1, 5)), np.array([0.0]), 4).p_value[0] == 1.0
+
+
 def test_welch_is_method_minus_baseline_with_scipys_interval():
     base, meth = np.array([0.1, 0.2, 0.15, 0.12]), np.array([0.3, 0.25, 0.2, 0.35])
     diff, iv = stats.welch(base, meth)

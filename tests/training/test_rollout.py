@@ -1,10 +1,9 @@
 """The hf rollout engine against transformers' own generate, and the update batch it feeds."""
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 
+from pods.training.config import TrainConfig
 from pods.training.models import build_char_tokenizer, build_tiny_policy
 from pods.training.rollout import make_rollout_engine
 from pods.training.rollout.base import encode_prompts
@@ -44,7 +43,7 @@ def hf_greedy(model, prompt, eos, max_new_tokens):
 @pytest.mark.parametrize("chunk", [1, 3, 8])  # kv_cache_chunk: transformers' DynamicCache, then ChunkedCache
 def test_greedy_equals_transformers_generate(model, tok, chunk):
     prompts = encode_prompts(tok, TEXTS)
-    engine = HFRolloutEngine(model=model, tokenizer=tok, config=SimpleNamespace(kv_cache_chunk=chunk))
+    engine = HFRolloutEngine(model=model, tokenizer=tok, config=TrainConfig(kv_cache_chunk=chunk))
     got = engine.generate(prompts, 3, temperature=1.0, max_new_tokens=12, greedy=True)
     assert got.completion_ids.shape[0] == len(TEXTS) * 3
     assert got.group.tolist() == [g for g in range(len(TEXTS)) for _ in range(3)]
@@ -61,7 +60,7 @@ def test_eos_stops_rows_and_pads_after(model, tok, chunk):
                                                                 greedy=True)
     eos = int(free.completion_ids[0, 2])
     engine = HFRolloutEngine(model=model, tokenizer=Ids(tok.pad_token_id, eos),
-                             config=SimpleNamespace(kv_cache_chunk=chunk))
+                             config=TrainConfig(kv_cache_chunk=chunk))
     got = engine.generate(prompts, 2, temperature=1.0, max_new_tokens=12, greedy=True)
     lengths = got.lengths.tolist()
     assert min(lengths) <= 3 and got.completion_ids.shape[1] == max(lengths)
@@ -96,7 +95,7 @@ def test_sampling_follows_the_tempered_distribution(model, tok, sampling):
     expected = torch.softmax(logits / temperature, -1)
     n = 4000
     torch.manual_seed(0)
-    got = HFRolloutEngine(model=model, tokenizer=tok, config=SimpleNamespace(sampling=sampling)).generate(
+    got = HFRolloutEngine(model=model, tokenizer=tok, config=TrainConfig(sampling=sampling)).generate(
         prompt, n, temperature=temperature, max_new_tokens=1)
     freq = torch.bincount(got.completion_ids[:, 0], minlength=len(expected)).double() / n
     top = expected.argsort(descending=True)[:5]
@@ -281,7 +280,7 @@ def test_inverse_cdf_never_draws_a_token_of_zero_probability_and_is_seeded():
     from pods.training.rollout.hf import choose
 
     logits = torch.tensor([[0.0, -float("inf"), 2.0, -float("inf"), 1.0]]).repeat(20000, 1)
-    draw = lambda seed: choose(logits, greedy=False, temperature=1.0,  # noqa: E731
+    draw = lambda seed: choose(logits, greedy=False, temperature=1.0, sampling="inverse_cdf",  # noqa: E731
                                generator=torch.Generator().manual_seed(seed))
     tokens = draw(0)
     counts = torch.bincount(tokens, minlength=5)
@@ -296,6 +295,6 @@ def test_inverse_cdf_never_draws_a_token_of_zero_probability_and_is_seeded():
 def test_the_chunked_cache_samples_the_tokens_of_the_concatenating_one(model, tok, chunk):
     """Same seed, same tokens: attention over the chunk's masked tail adds exact zeros."""
     prompts = encode_prompts(tok, TEXTS)
-    made = [HFRolloutEngine(model=model, tokenizer=tok, config=SimpleNamespace(kv_cache_chunk=c)).generate(
+    made = [HFRolloutEngine(model=model, tokenizer=tok, config=TrainConfig(kv_cache_chunk=c)).generate(
         prompts, 6, temperature=1.0, max_new_tokens=12, seed=7) for c in (1, chunk)]
     assert torch.equal(made[0].completion_ids, made[1].completion_ids)

@@ -22,14 +22,13 @@ from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
 from pods.training.batches import Rollouts
+from pods.training.config import TrainConfig
 from pods.training.models import CACHE
 from pods.training.rollout.base import RolloutEngine
 
 # Compact the running batch once this share of its rows has finished: each compaction copies
 # the cache, so doing it for every finished row would cost more than it saves.
 COMPACT_FRACTION = 0.25
-# Positions the KV cache grows by at a time (config key `kv_cache_chunk`); the trainer's default.
-KV_CACHE_CHUNK = 8
 
 
 class ChunkedLayer(DynamicLayer):
@@ -92,20 +91,20 @@ class HFRolloutEngine(RolloutEngine):
     Args:
         model: the policy (shared with the update engine, so weights are always current).
         tokenizer: supplies `pad_token_id` and `eos_token_id`.
-        config: unused beyond the constructor convention shared by all engines.
+        config: a TrainConfig (kv_cache_chunk, sampling, and the update engine, for ZeRO-3's
+            lockstep); None (tests, benchmarks): the trainer's defaults.
     """
 
     def __init__(self, *, model, tokenizer, config=None):
         self.model = model
+        cfg = config if config is not None else TrainConfig()
         # ZeRO-3 gathers the sharded weights inside every forward, a collective: all processes
         # must then make the same number of decoding calls, so none stops before all are done.
         self.lockstep = (
-            getattr(config, "update_engine", None) == "deepspeed" and getattr(config, "deepspeed_zero_stage", 0) == 3
+            cfg.update_engine == "deepspeed" and cfg.deepspeed_zero_stage == 3
             and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
         )
-        # config=None (tests, benchmarks): the trainer's defaults
-        self.chunk = getattr(config, "kv_cache_chunk", KV_CACHE_CHUNK)
-        self.sampling = getattr(config, "sampling", "inverse_cdf")
+        self.chunk, self.sampling = cfg.kv_cache_chunk, cfg.sampling
         self.pad_id = tokenizer.pad_token_id
         self.eos_id = tokenizer.eos_token_id
         if self.pad_id is None or self.eos_id is None:
@@ -199,8 +198,7 @@ class HFRolloutEngine(RolloutEngine):
         return tokens, mask
 
 
-def choose(logits: torch.Tensor, *, greedy: bool, temperature: float, generator,
-           sampling: str = "inverse_cdf") -> torch.Tensor:
+def choose(logits: torch.Tensor, *, greedy: bool, temperature: float, generator, sampling: str) -> torch.Tensor:
     """The next token of every row: argmax, or a draw from softmax(logits / temperature).
 
     `sampling` is how the draw is made (config key `sampling`): `inverse_cdf`, one uniform number per

@@ -216,14 +216,14 @@ class TorchUpdateEngine(UpdateEngine):
         return torch.autocast(self.device.type, dtype=_DTYPES[self.cfg.precision])
 
     def _chunks(self, batch: UpdateBatch):
-        """(rows, micro-batch on the device) pairs covering the batch: at most `micro_batch` rows each,
-        grouped by completion length when `length_buckets` is on (`length_buckets`)."""
-        if not self.cfg.length_buckets:
-            for start in range(0, len(batch), self.cfg.micro_batch):
-                rows = slice(start, min(start + self.cfg.micro_batch, len(batch)))
-                yield rows, batch.take(rows).to(self.device)
-            return
-        for rows in length_buckets(batch.completion_mask.sum(dim=1), self.cfg.micro_batch):
+        """(rows, micro-batch on the device) pairs covering the batch, at most `micro_batch` rows each:
+        grouped by completion length (`length_buckets`), or in rollout order."""
+        size = self.cfg.micro_batch
+        if self.cfg.length_buckets:
+            groups = length_buckets(batch.completion_mask.sum(dim=1), size)
+        else:
+            groups = [slice(start, min(start + size, len(batch))) for start in range(0, len(batch), size)]
+        for rows in groups:
             yield rows, batch.take(rows).to(self.device)
 
     @torch.no_grad()
