@@ -16,10 +16,11 @@ the task; GRPO generates 16 rollouts per prompt, PODS 64; both train 128):
 3. **Decode**: one `generate` call of each rollout engine (prefill, then one token per row and
    step until every row has stopped or 32 tokens), GRPO and PODS shapes.
 
-Both phases run twice: "before", as the committed runs were trained (config/config.yaml pins it:
-the model's own eight-operation GELU, the update's rows in rollout order, the KV cache concatenated
-at every token, torch.multinomial), and "trainer", with the trainer's defaults (the fused GELU,
-length-bucketed micro-batches, the KV cache grown 8 positions at a time, inverse-CDF sampling).
+Both phases run twice: "before", as the studies trained before the faster step ran (config/
+ablations.yaml, alternatives.yaml and decide.yaml pin it: the model's own eight-operation GELU, the
+update's rows in rollout order, the KV cache concatenated at every token, torch.multinomial, sdpa
+attention), and "trainer", with the trainer's defaults (the fused GELU, length-bucketed
+micro-batches, the KV cache grown 8 positions at a time, inverse-CDF sampling, eager attention).
 
 How the FLOPs are counted: `torch.utils.flop_counter.FlopCounterMode` (torch's own counter) records
 the matrix products each phase dispatches (mm, addmm, bmm and attention; this script registers
@@ -203,15 +204,20 @@ def main() -> int:
     print(f"peak: {peak:.1f} GFLOP/s ({label} {product}, M={rows[label][0]}, K={k}, N={n})")
 
     # 2. the update, 3. decoding: FLOPs counted once per variant, times the fastest of the rounds.
-    # "before": the model's own GELU, the update's rows in rollout order, the concatenating KV cache
-    # and torch.multinomial (what the committed runs pin); "trainer": the trainer's defaults, the
-    # fused GELU, length buckets, the chunked KV cache and inverse-CDF sampling.
-    fused = copy.deepcopy(model)
-    fuse_activations(fused)
-    policies = {"before": model, "trainer": fused}
-    pinned = {"fused_activation": False, "length_buckets": False, "kv_cache_chunk": 1, "sampling": "multinomial"}
+    # "before": the model's own GELU, the update's rows in rollout order, the concatenating KV cache,
+    # torch.multinomial and sdpa attention (what the earlier studies pin); "trainer": the trainer's
+    # defaults, the fused GELU, length buckets, the chunked KV cache, inverse-CDF sampling and the
+    # attention TrainConfig picks on a CPU (eager).
+    pinned = {"fused_activation": False, "length_buckets": False, "kv_cache_chunk": 1, "sampling": "multinomial",
+              "attn_implementation": "sdpa"}
     settings = {"before": TrainConfig(benchmark=args.benchmark, **pinned),
                 "trainer": TrainConfig(benchmark=args.benchmark)}
+    fused = copy.deepcopy(model)
+    fuse_activations(fused)
+    fused.set_attn_implementation(settings["trainer"].attention())
+    policies = {"before": model, "trainer": fused}
+
+    TRAINER_UPDATE = "update, trainer (fused GELU, eager attention, length buckets)"
 
     def updater(policy: str, *, buckets: bool, compile_update: bool = False):
         config = TrainConfig(benchmark=args.benchmark, micro_batch=len(batch), lr=1e-6, compile_update=compile_update,
@@ -219,13 +225,13 @@ def main() -> int:
         return make_update_engine("torch", model=copy.deepcopy(policies[policy]), config=config)
 
     updates = {"update, before (model's GELU, rollout order)": updater("before", buckets=False),
-               "update, trainer (fused GELU, length buckets)": updater("trainer", buckets=True)}
+               TRAINER_UPDATE: updater("trainer", buckets=True)}
     if args.compile_update:
         updates["update, trainer + compile_update"] = updater("trainer", buckets=True, compile_update=True)
     update_flops, update_positions = {}, {}
     for label, engine in updates.items():
         if "compile_update" in label:  # count the products of the same step run eagerly
-            update_flops[label] = update_flops["update, trainer (fused GELU, length buckets)"]
+            update_flops[label] = update_flops[TRAINER_UPDATE]
         else:
             update_flops[label] = counted(lambda: engine.step(batch, advantages))
         update_positions[label] = sum(len(mb) * mb.completion_len for _, mb in engine._chunks(batch))
@@ -285,7 +291,7 @@ def main() -> int:
             print(f"| {label} | {t:.4f} | {flops / 1e9:.2f} | {flops / t / 1e9:.1f} | {flops / t / 1e9 / peak:.0%} | "
                   f"{useful[(*key, arm)]:.0%} | {tokens[(*key, arm)] / t:.0f} |")
     if args.profile:
-        default = updates["update, trainer (fused GELU, length buckets)"]
+        default = updates[TRAINER_UPDATE]
         profile("update, trainer", lambda: default.step(batch, advantages))
         for (policy, name), engine in engines.items():
             if policy == "trainer":

@@ -15,6 +15,8 @@ from pods.vocabulary import RUN_LAYOUT, kept_rule, method_for
 PRECISIONS = ("fp32", "bf16", "fp16")
 NORMALIZE_OVER = ("kept", "all")
 SAMPLINGS = ("inverse_cdf", "multinomial")  # how a rollout token is drawn (pods.training.rollout.hf.choose)
+# transformers' attention implementations a policy can be loaded with, and `auto` (TrainConfig.attn_implementation)
+ATTENTIONS = ("auto", "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 
 
 @dataclass
@@ -249,6 +251,17 @@ class TrainConfig:
                           "keeps equal micro-batches (its processes must make the same calls)."},
     )
 
+    attn_implementation: str = field(
+        default="auto",
+        metadata={"help": "The policy's attention kernels (transformers' `attn_implementation`: eager, sdpa, "
+                          "flash_attention_2, ...), in rollouts, update and evaluation. auto: `eager` on a CPU, the "
+                          "model's own (sdpa) elsewhere. On a CPU at the embedded model's shapes (4 heads of 32, "
+                          "sequences under 64) eager's two products and a softmax take half the time of torch's CPU "
+                          "flash attention, whose blocking pays only on long sequences (benchmarks/roofline.py); on "
+                          "a GPU, sdpa's fused kernels win. The numbers change in the last bits; runs trained before "
+                          "it existed pin sdpa."},
+    )
+
     # ---- engine options: read by the engine named in the comment (its options class validates them)
     lora_rank: int = field(default=64, metadata={"help": "lora: LoRA rank r (paper: 64)."})
     lora_alpha: int = field(default=64,
@@ -324,6 +337,12 @@ class TrainConfig:
             self.run_dir.format(benchmark=self.benchmark, hardware=self.hardware, method=self.method, seed=self.seed)
         )
 
+    def attention(self) -> str | None:
+        """The attention implementation to load the policy with; None: the model's own."""
+        if self.attn_implementation != "auto":
+            return self.attn_implementation
+        return "eager" if self.device == "cpu" else None
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -382,6 +401,7 @@ class TrainConfig:
         need(not (self.rollout_engine == "hf_static" and self.update_engine == "deepspeed"
                   and self.deepspeed_zero_stage == 3), "rollout_engine", "cannot run beside DeepSpeed ZeRO-3 (use hf)")
         choice("sampling", SAMPLINGS)
+        choice("attn_implementation", ATTENTIONS)
         for key in ("prompts_per_step", "micro_batch", "max_new_tokens", "eval_repeats", "eval_batch", "num_threads",
                     "kv_cache_chunk"):
             need(getattr(self, key) >= 1, key, "must be >= 1")

@@ -292,7 +292,8 @@ def test_the_committed_runs_are_what_the_study_resolves_now(layer):
     # keys added later whose default changes training: a run trained before them ran as the value
     # here, which its study must therefore pin (`train` of config/ablations.yaml, alternatives.yaml,
     # decide.yaml)
-    before = {"fused_activation": False, "length_buckets": False, "kv_cache_chunk": 1, "sampling": "multinomial"}
+    before = {"fused_activation": False, "length_buckets": False, "kv_cache_chunk": 1, "sampling": "multinomial",
+              "attn_implementation": "sdpa"}
     fields = TrainConfig.__dataclass_fields__
     s = study(*([layer] if layer else []))
     later = []  # a confirmation's later looks: committed runs of seeds the study's `seeds` do not list

@@ -106,3 +106,13 @@ def test_speed_options_are_accepted_and_checked():
         load_train_config(None, ["compile_update=true", "update_engine=lora"])
     with pytest.raises(ValueError, match="'rollout_engine'.*ZeRO-3"):
         load_train_config(None, ["rollout_engine=hf_static", "update_engine=deepspeed", "deepspeed_zero_stage=3"])
+
+
+def test_attention_is_eager_on_a_cpu_and_the_models_own_elsewhere():
+    assert load_train_config().attention() == "eager"
+    assert load_train_config(None, ["device=cuda"]).attention() is None  # the model's own (sdpa)
+    assert load_train_config(None, ["device=cuda", "attn_implementation=eager"]).attention() == "eager"
+    assert load_train_config(None, ["attn_implementation=sdpa"]).attention() == "sdpa"
+    with pytest.raises(ValueError, match="config key 'attn_implementation': must be one of") as info:
+        load_train_config(None, ["attn_implementation=flash"])
+    assert "\n" not in str(info.value)

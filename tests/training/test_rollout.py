@@ -298,3 +298,45 @@ def test_the_chunked_cache_samples_the_tokens_of_the_concatenating_one(model, to
     made = [HFRolloutEngine(model=model, tokenizer=tok, config=TrainConfig(kv_cache_chunk=c)).generate(
         prompts, 6, temperature=1.0, max_new_tokens=12, seed=7) for c in (1, chunk)]
     assert torch.equal(made[0].completion_ids, made[1].completion_ids)
+
+
+# --- attn_implementation: eager attention, the CPU default, computes what sdpa does ---------------
+@pytest.fixture(scope="module")
+def eager(model):
+    import copy
+
+    twin = copy.deepcopy(model)
+    twin.set_attn_implementation("eager")
+    assert twin.config._attn_implementation == "eager" and model.config._attn_implementation == "sdpa"
+    return twin
+
+
+def test_eager_attention_decodes_generate_greedy_and_the_sdpa_samples(model, eager, tok):
+    """Over the chunked cache's masked tail and left padding: greedy tokens equal transformers' generate,
+    and the same seed samples sdpa's tokens (the two differ in the last bits only)."""
+    prompts = encode_prompts(tok, TEXTS)
+    engine = HFRolloutEngine(model=eager, tokenizer=tok, config=TrainConfig(kv_cache_chunk=8))
+    got = engine.generate(prompts, 2, temperature=1.0, max_new_tokens=12, greedy=True)
+    for row in range(len(got)):
+        assert got.completion_ids[row][got.completion_mask[row].bool()].tolist() == hf_greedy(
+            model, prompts[row // 2], tok.eos_token_id, 12)
+    made = [HFRolloutEngine(model=m, tokenizer=tok, config=TrainConfig(kv_cache_chunk=8)).generate(
+        prompts, 6, temperature=1.0, max_new_tokens=12, seed=7) for m in (model, eager)]
+    assert torch.equal(made[0].completion_ids, made[1].completion_ids)
+
+
+def test_eager_attention_gives_the_update_sdpas_logprobs_and_gradients(model, eager, tok):
+    prompts = encode_prompts(tok, TEXTS)
+    torch.manual_seed(1)
+    rollouts = HFRolloutEngine(model=model, tokenizer=tok).generate(prompts, 6, temperature=1.0, max_new_tokens=10)
+    batch = UpdateBatch.from_rollouts(rollouts, torch.arange(len(rollouts)), tok.pad_token_id)
+    weights = torch.randn(batch.completion_mask.shape, generator=torch.Generator().manual_seed(2))
+    results = []
+    for policy in (model, eager):
+        policy.zero_grad()
+        logprobs = token_logprobs(policy, batch)  # the shared-prompt pass, through the cache
+        (logprobs * weights).sum().backward()
+        results.append((logprobs.detach(), torch.cat([p.grad.flatten() for p in policy.parameters()])))
+        policy.zero_grad()
+    torch.testing.assert_close(results[1][0], results[0][0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(results[1][1], results[0][1], atol=1e-5, rtol=1e-4)

@@ -293,3 +293,12 @@ def test_a_path_template_and_the_path_it_names_are_not_a_difference(tmp_path):
     cfg = load_train_config(None, ["benchmark=arith", f"run_dir={run}",
                                    "lr=0.002"])  # base_model: models/{benchmark}/base
     assert saved_config_differences(cfg, run) == ["lr=0.001, not 0.002"]
+
+
+@pytest.mark.parametrize("value, loaded", [("auto", "eager"), ("sdpa", "sdpa")])
+def test_the_policy_runs_the_configs_attention_in_rollouts_and_update(base, tmp_path, value, loaded):
+    from pods.training.trainer import build_parts
+
+    parts = build_parts(config(base, tmp_path, f"attn_implementation={value}", "max_steps=1"))
+    assert parts.updater.policy.config._attn_implementation == loaded
+    assert parts.sampler.model is parts.updater.policy

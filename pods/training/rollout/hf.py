@@ -56,10 +56,13 @@ class ChunkedLayer(DynamicLayer):
         end = self.written + key_states.shape[-2]
         if self.keys.numel() == 0 or end > self.keys.shape[-2]:  # grow: the one copy in `chunk` steps
             shape = (*key_states.shape[:2], self._capacity(end), key_states.shape[-1])
-            keys, values = key_states.new_zeros(shape), value_states.new_zeros(shape)
+            keys, values = key_states.new_empty(shape), value_states.new_empty(shape)
             if self.written:
                 keys[:, :, : self.written] = self.keys[:, :, : self.written]
                 values[:, :, : self.written] = self.values[:, :, : self.written]
+            # the unwritten tail is masked, but a masked score times a NaN left in memory is NaN
+            keys[:, :, self.written:] = 0
+            values[:, :, self.written:] = 0
             self.keys, self.values = keys, values
         self.keys[:, :, self.written:end] = key_states
         self.values[:, :, self.written:end] = value_states
