@@ -16,11 +16,13 @@ the task; GRPO generates 16 rollouts per prompt, PODS 64; both train 128):
 3. **Decode**: one `generate` call of each rollout engine (prefill, then one token per row and
    step until every row has stopped or 32 tokens), GRPO and PODS shapes.
 
-Both phases run twice: "before", as the studies trained before the faster step ran (config/
+Both phases run three times: "before", as the studies trained before the faster step ran (config/
 ablations.yaml, alternatives.yaml and decide.yaml pin it: the model's own eight-operation GELU, the
 update's rows in rollout order, the KV cache concatenated at every token, torch.multinomial, sdpa
-attention), and "trainer", with the trainer's defaults (the fused GELU, length-bucketed
-micro-batches, the KV cache grown 8 positions at a time, inverse-CDF sampling, eager attention).
+attention); "trainer", with the trainer's defaults (the fused GELU, length-bucketed
+micro-batches, the KV cache grown 8 positions at a time, inverse-CDF sampling, eager attention on
+a CPU); and "trainer, sdpa", the defaults with torch's sdpa attention, which shows what the
+attention kernel alone changes.
 
 How the FLOPs are counted: `torch.utils.flop_counter.FlopCounterMode` (torch's own counter) records
 the matrix products each phase dispatches (mm, addmm, bmm and attention; this script registers
@@ -210,22 +212,26 @@ def main() -> int:
     # attention TrainConfig picks on a CPU (eager).
     pinned = {"fused_activation": False, "length_buckets": False, "kv_cache_chunk": 1, "sampling": "multinomial",
               "attn_implementation": "sdpa"}
+    # "trainer, sdpa": the defaults but torch's sdpa attention, to show what eager attention alone buys
     settings = {"before": TrainConfig(benchmark=args.benchmark, **pinned),
-                "trainer": TrainConfig(benchmark=args.benchmark)}
-    fused = copy.deepcopy(model)
-    fuse_activations(fused)
-    fused.set_attn_implementation(settings["trainer"].attention())
-    policies = {"before": model, "trainer": fused}
+                "trainer": TrainConfig(benchmark=args.benchmark),
+                "trainer, sdpa": TrainConfig(benchmark=args.benchmark, attn_implementation="sdpa")}
+    policies = {"before": model}
+    for policy in ("trainer", "trainer, sdpa"):
+        policies[policy] = copy.deepcopy(model)
+        fuse_activations(policies[policy])
+        policies[policy].set_attn_implementation(settings[policy].attention())
 
     TRAINER_UPDATE = "update, trainer (fused GELU, eager attention, length buckets)"
 
     def updater(policy: str, *, buckets: bool, compile_update: bool = False):
         config = TrainConfig(benchmark=args.benchmark, micro_batch=len(batch), lr=1e-6, compile_update=compile_update,
-                             length_buckets=buckets, fused_activation=policy == "trainer")
+                             length_buckets=buckets, fused_activation=policy != "before")
         return make_update_engine("torch", model=copy.deepcopy(policies[policy]), config=config)
 
     updates = {"update, before (model's GELU, rollout order)": updater("before", buckets=False),
-               TRAINER_UPDATE: updater("trainer", buckets=True)}
+               TRAINER_UPDATE: updater("trainer", buckets=True),
+               "update, trainer with sdpa attention": updater("trainer, sdpa", buckets=True)}
     if args.compile_update:
         updates["update, trainer + compile_update"] = updater("trainer", buckets=True, compile_update=True)
     update_flops, update_positions = {}, {}

@@ -257,9 +257,10 @@ class TrainConfig:
                           "flash_attention_2, ...), in rollouts, update and evaluation. auto: `eager` on a CPU, the "
                           "model's own (sdpa) elsewhere. On a CPU at the embedded model's shapes (4 heads of 32, "
                           "sequences under 64) eager's two products and a softmax take half the time of torch's CPU "
-                          "flash attention, whose blocking pays only on long sequences (benchmarks/roofline.py); on "
-                          "a GPU, sdpa's fused kernels win. The numbers change in the last bits; runs trained before "
-                          "it existed pin sdpa."},
+                          "flash attention, whose blocking pays only on long sequences (benchmarks/roofline.py); "
+                          "eager also keeps every [rows, heads, L, L] score matrix for the backward, so set sdpa "
+                          "for long sequences on a CPU. On a GPU, sdpa's fused kernels win. The numbers change in "
+                          "the last bits; runs trained before it existed pin sdpa."},
     )
 
     # ---- engine options: read by the engine named in the comment (its options class validates them)
