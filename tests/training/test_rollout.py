@@ -200,8 +200,12 @@ def lively(model):
     return lively
 
 
-def test_static_engine_greedy_equals_hf_engine(lively, tok):
-    model, prompts = lively, encode_prompts(tok, TEXTS)
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])  # eager: attn_implementation's choice on a CPU
+def test_static_engine_greedy_equals_hf_engine(lively, tok, attention):
+    import copy
+
+    model, prompts = copy.deepcopy(lively), encode_prompts(tok, TEXTS)
+    model.set_attn_implementation(attention)
     free = HFRolloutEngine(model=model, tokenizer=tok).generate(prompts, 1, temperature=1.0, max_new_tokens=12,
                                                                 greedy=True)
     candidates = sorted(set(free.completion_ids.flatten().tolist()))
