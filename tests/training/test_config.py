@@ -113,6 +113,7 @@ def test_attention_is_eager_on_a_cpu_and_the_models_own_elsewhere():
     assert load_train_config(None, ["device=cuda"]).attention() is None  # the model's own (sdpa)
     assert load_train_config(None, ["device=cuda", "attn_implementation=eager"]).attention() == "eager"
     assert load_train_config(None, ["attn_implementation=sdpa"]).attention() == "sdpa"
+    assert load_train_config(None, ["device=cpu:0"]).attention() == "eager"
     with pytest.raises(ValueError, match="config key 'attn_implementation': must be one of") as info:
         load_train_config(None, ["attn_implementation=flash"])
     assert "\n" not in str(info.value)
