@@ -56,19 +56,18 @@ def look_z(summary: pd.DataFrame, order: Mapping[str, Sequence[tuple]]) -> dict[
     out = {}
     for question, keys in order.items():
         e = verdict.PRIMARY[question]
-        rows = {_key(r): r for r in summary[(summary["endpoint"] == e.name)
-                                            & summary.get("axis", pd.Series("time",
-                                                                            index=summary.index)).isin(verdict.CLOCKS)].to_dict("records")}
+        axis = summary.get("axis", pd.Series("time", index=summary.index))
+        primary = summary[(summary["endpoint"] == e.name) & axis.isin(verdict.CLOCKS)]
+        rows = {_key(r): r for r in primary.to_dict("records")}
         z = []
         for key in keys:
-            r = rows.get(key)
-            if r is None or not math.isfinite(r.get("p_value", math.nan)) or not math.isfinite(r.get("estimate",
-                                                                                                     math.nan)):
+            r = rows.get(key, {})
+            p, estimate = r.get("p_value", math.nan), r.get("estimate", math.nan)
+            if not (math.isfinite(p) and math.isfinite(estimate)):
                 z.append(math.nan)
                 continue
-            effect = math.log(r["estimate"]) if e.log_scale else r["estimate"]
-            z.append(math.copysign(float(sps.norm.isf(max(r["p_value"], 1e-300) / 2)), effect)
-                     if r["p_value"] < 1 else 0.0)
+            effect = math.log(estimate) if e.log_scale else estimate
+            z.append(math.copysign(float(sps.norm.isf(max(p, 1e-300) / 2)), effect) if p < 1 else 0.0)
         out[question] = np.array(z)
     return out
 

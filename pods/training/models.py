@@ -134,13 +134,17 @@ def initialise(model: PreTrainedModel, seed: int, n_layer: int, std: float = 0.0
 
 
 def load_policy(
-    path: str | Path, *, dtype: torch.dtype | str | None = None, device: str | torch.device = "cpu", **kwargs
+    path: str | Path, *, dtype: torch.dtype | str | None = None, device: str | torch.device = "cpu",
+    attn_implementation: str | None = None, **kwargs
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
     """Load a causal LM and its tokenizer from a local folder written by `save_pretrained`.
 
-    Works for the warm-started tiny model and for downloaded pretrained models alike; `kwargs` go
-    to `AutoModelForCausalLM.from_pretrained` (e.g. `attn_implementation`).
+    Works for the warm-started tiny model and for downloaded pretrained models alike;
+    `attn_implementation` (None: the model's own) and `kwargs` go to
+    `AutoModelForCausalLM.from_pretrained`.
     """
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
     path = Path(path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"no model folder at {path} (config.json missing); run `pods warmstart` first")

@@ -354,9 +354,7 @@ def build_parts(cfg: TrainConfig) -> Parts:
     device = cfg.device
     if device == "cuda" and "LOCAL_RANK" in os.environ:  # one device per process under a launcher
         device = f"cuda:{os.environ['LOCAL_RANK']}"
-    attention = cfg.attention()
-    model, tokenizer = load_policy(cfg.model_path(), device=device,
-                                   **({} if attention is None else {"attn_implementation": attention}))
+    model, tokenizer = load_policy(cfg.model_path(), device=device, attn_implementation=cfg.attention())
     if cfg.fused_activation:
         fuse_activations(model)
     updater = make_update_engine(cfg.update_engine, model=model, config=cfg)
