@@ -1,5 +1,7 @@
 """The hf rollout engine against transformers' own generate, and the update batch it feeds."""
 
+import copy
+
 import pytest
 import torch
 
@@ -190,8 +192,6 @@ def static_engine(model, tokenizer, compile=False):
 def lively(model):
     """The tiny model with large random weights: its greedy continuations vary from prompt to prompt and
     from position to position (the initial weights' all repeat one token), so a wrong cache position shows."""
-    import copy
-
     lively = copy.deepcopy(model)
     generator = torch.Generator().manual_seed(3)
     with torch.no_grad():
@@ -202,8 +202,6 @@ def lively(model):
 
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])  # eager: attn_implementation's choice on a CPU
 def test_static_engine_greedy_equals_hf_engine(lively, tok, attention):
-    import copy
-
     model, prompts = copy.deepcopy(lively), encode_prompts(tok, TEXTS)
     model.set_attn_implementation(attention)
     free = HFRolloutEngine(model=model, tokenizer=tok).generate(prompts, 1, temperature=1.0, max_new_tokens=12,
@@ -307,8 +305,6 @@ def test_the_chunked_cache_samples_the_tokens_of_the_concatenating_one(model, to
 # --- attn_implementation: eager attention, the CPU default, computes what sdpa does ---------------
 @pytest.fixture(scope="module")
 def eager(model):
-    import copy
-
     twin = copy.deepcopy(model)
     twin.set_attn_implementation("eager")
     assert twin.config._attn_implementation == "eager" and model.config._attn_implementation == "sdpa"
