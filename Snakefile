@@ -16,6 +16,9 @@ from pods.study.schema import load_schema, typed_command_line, validate
 min_version("8.0")
 
 
+# The study protocol first (trainer, kernels, clock, step costs, budget: every study layers over it),
+# then the default study; --configfile layers go on top.
+configfile: "config/protocol.yaml"
 configfile: "config/config.yaml"
 
 

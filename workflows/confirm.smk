@@ -54,10 +54,11 @@ if CONFIRM:
         params:
             batch=CONFIRM["batch"],
             max_looks=CONFIRM["max_looks"],
+            procedure=CONFIRM.get("procedure", "fixed_sequence"),
         localrule: True
         shell:
             "pods confirm --design {input.design} --looks {input.looks} --batch {params.batch} "
-            "--max-looks {params.max_looks} --out {output}"
+            "--max-looks {params.max_looks} --procedure {params.procedure} --out {output}"
 
     def confirmation_done(wc):
         """The last look's table: each finished look decides whether the next batch is trained."""

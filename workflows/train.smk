@@ -52,7 +52,7 @@ rule step_cost:
         trainer_config=ancient(STUDY.trainer_config),
         base_model=lambda wc: ancient(PATHS.base_model_marker(wc.benchmark) or STUDY.trainer_config),
     output:
-        f"{PATHS.results}/cost/{{benchmark}}/{{hardware}}.json",
+        f"{PATHS.step_costs}/{{benchmark}}/{{hardware}}.json",
     params:
         cmd=lambda wc: STUDY.step_cost_command(wc.benchmark, wc.hardware),
     threads: os.cpu_count()

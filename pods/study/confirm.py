@@ -72,18 +72,19 @@ def look_z(summary: pd.DataFrame, order: Mapping[str, Sequence[tuple]]) -> dict[
     return out
 
 
-def walk(looks: Sequence[Mapping[str, np.ndarray]], order: Mapping[str, Sequence[tuple]], batch: int,
-         max_looks: int, spending: str = "obrien_fleming") -> dict[str, sequential.Outcome]:
-    """The decisions after the looks run so far (a list of look_z results, first look first):
-    each question's fixed sequence walked through its boundaries (t boundaries for `batch` new
-    pairs per look, `max_looks` looks at most)."""
-    bounds = sequential.t_boundaries(batch, max_looks, sequential.SIDE_ALPHA, spending)
+def walk(looks: Sequence[Mapping[str, np.ndarray]], order: Mapping[str, Sequence[tuple]],
+         bounds: Mapping[int, sequential.Boundaries], max_looks: int,
+         procedure: str = "fixed_sequence") -> dict[str, sequential.Outcome]:
+    """The decisions after the looks run so far (a list of look_z results, first look first): each
+    question's primaries walked through their boundaries (`sequential.level_boundaries`, `max_looks`
+    looks at most) by the declared procedure (the fixed sequence in `order`, or Holm's)."""
+    levels = {j: b.bounds for j, b in bounds.items()}
     out = {}
     for question, keys in order.items():
         z = np.full((max_looks, len(keys)), np.nan)
         for i, look in enumerate(looks[:max_looks]):
             z[i] = look[question]
-        out[question] = sequential.hierarchical(z, bounds)
+        out[question] = sequential.PROCEDURES[procedure](z, levels)
     return out
 
 
@@ -92,41 +93,86 @@ def finished(outcomes: Mapping[str, sequential.Outcome], looks_run: int, max_loo
     return looks_run >= max_looks or all(bool(np.all(o.direction != 0)) for o in outcomes.values())
 
 
-def confirmation_table(looks: Sequence[Mapping[str, np.ndarray]], order: Mapping[str, Sequence[tuple]], batch: int,
-                       max_looks: int, spending: str = "obrien_fleming") -> pd.DataFrame:
-    """One row per (look, question, primary): pairs so far, z, the boundary, and the decision as it
-    stood after that look ("faster"/"slower", "higher"/"lower", or "undecided")."""
-    bounds = sequential.t_boundaries(batch, max_looks, sequential.SIDE_ALPHA, spending)
+def repeated_interval(row: Mapping, e: verdict.Endpoint, boundary: float) -> tuple[float, float]:
+    """The repeated confidence interval of a primary at a look (Jennison & Turnbull 2000, ch. 9):
+    its declared interval widened from the fixed-sample 95% t quantile to the look's boundary (on
+    the t scale of the look's degrees of freedom, as z_from_t maps it), so that the intervals of
+    every look hold the truth together with 95% probability whatever the stopping. On the log scale
+    for a speedup. NaN where the look has no interval."""
+    lo, hi, est, k = (float(row.get(c, math.nan)) for c in ("ci_low", "ci_high", "estimate", "n_seeds_baseline"))
+    if not all(map(math.isfinite, (lo, hi, est, k, boundary))) or k < 2 or (e.log_scale and min(lo, hi, est) <= 0):
+        return math.nan, math.nan
+    df = k - 1
+    scale = (lambda v: math.log(v)) if e.log_scale else (lambda v: v)
+    back = math.exp if e.log_scale else (lambda v: v)
+    se = (scale(hi) - scale(lo)) / (2 * float(sps.t.ppf(0.975, df)))
+    wide = float(sps.t.isf(sps.norm.sf(boundary), df)) * se
+    return back(scale(est) - wide), back(scale(est) + wide)
+
+
+def confirmation_table(looks: Sequence[Mapping[str, np.ndarray]], order: Mapping[str, Sequence[tuple]],
+                       bounds: Mapping[int, sequential.Boundaries], max_looks: int, procedure: str = "fixed_sequence",
+                       summaries: Sequence[pd.DataFrame] | None = None) -> pd.DataFrame:
+    """One row per (look, question, primary): pairs so far, z, the full-level boundary and its
+    Monte-Carlo error, the estimate with its repeated confidence interval (from the look's
+    summary), and the decision as it stood after that look ("faster"/"slower", "higher"/"lower",
+    or "undecided")."""
+    full = bounds[1]
     rows = []
     for n_looks in range(1, len(looks) + 1):
-        outcomes = walk(looks[:n_looks], order, batch, max_looks, spending)
+        outcomes = walk(looks[:n_looks], order, bounds, max_looks, procedure)
+        summary = summaries[n_looks - 1] if summaries is not None else None
         for question, keys in order.items():
-            above, below = verdict.PRIMARY[question].words
+            e = verdict.PRIMARY[question]
+            above, below = e.words
             o = outcomes[question]
+            records = _primary_rows(summary, e) if summary is not None else {}
             for position, key in enumerate(keys):
                 decided = o.direction[position]
-                rows.append({"look": n_looks, "pairs": batch * n_looks, "question": question,
-                             "endpoint": verdict.PRIMARY[question].name, "position": position + 1,
-                             **dict(zip(KEYS, key)), "z": float(looks[n_looks - 1][question][position]),
-                             "boundary": float(bounds[n_looks - 1]),
+                r = records.get(key, {})
+                rci = repeated_interval(r, e, float(full.bounds[n_looks - 1]))
+                rows.append({"look": n_looks, "pairs": r.get("n_seeds_baseline", math.nan), "question": question,
+                             "endpoint": e.name, "position": position + 1, **dict(zip(KEYS, key)),
+                             "estimate": r.get("estimate", math.nan), "rci_low": rci[0], "rci_high": rci[1],
+                             "z": float(looks[n_looks - 1][question][position]),
+                             "boundary": float(full.bounds[n_looks - 1]), "boundary_se": float(full.se[n_looks - 1]),
                              "decided_at_look": int(o.look[position]) or None,
                              "verdict": above if decided > 0 else below if decided < 0 else "undecided"})
     # a look number, empty while undecided (not 3.0 and nan once a column mixes both)
     return pd.DataFrame(rows).astype({"decided_at_look": "Int64"})
 
 
-def confirmation_markdown(table: pd.DataFrame, finished_now: bool) -> str:
+def _primary_rows(summary: pd.DataFrame, e: verdict.Endpoint) -> dict[tuple, dict]:
+    axis = summary.get("axis", pd.Series("time", index=summary.index))
+    primary = summary[(summary["endpoint"] == e.name) & axis.isin(verdict.CLOCKS)]
+    return {_key(r): r for r in primary.to_dict("records")}
+
+
+def _number(value: float, digits: int) -> str:
+    return "n/a" if pd.isna(value) else f"{value:.{digits}f}"
+
+
+def confirmation_markdown(table: pd.DataFrame, finished_now: bool, procedure: str = "fixed_sequence") -> str:
     """The decisions after the last look, one row per primary in its sequence, and where it stands."""
     last = table[table["look"] == table["look"].max()]
-    lines = [f"## Confirmation after look {int(last['look'].iloc[0])} ({int(last['pairs'].iloc[0])} seed pairs): "
+    walked = ("each question's comparisons in their declared fixed sequence: one is tested only once every one "
+              "before it has decided" if procedure == "fixed_sequence" else
+              "each question's comparisons by Holm's procedure inside the boundaries")
+    first = last.iloc[0]
+    lines = [f"## Confirmation after look {int(first['look'])} ({_number(first['pairs'], 0)} seed pairs): "
              + ("finished" if finished_now else "continues with the next batch of seeds"), "",
-             "| question | position | benchmark | design | baseline | method | z | boundary | verdict | decided at "
-             "look |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             f"Boundary {first['boundary']:.3f} (Monte-Carlo SE {first['boundary_se']:.4f}), 2.5% per side over "
+             f"the looks; {walked}. Intervals are repeated 95% confidence intervals (valid whenever the "
+             "sequence stops).", "",
+             "| question | position | benchmark | design | baseline | method | estimate [repeated 95% CI] | z | "
+             "boundary | verdict | decided at look |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in last.to_dict("records"):
-        z = "n/a" if pd.isna(r["z"]) else f"{r['z']:.2f}"  # no p-value (look_z)
+        digits = 2 if verdict.ENDPOINTS[r["endpoint"]].log_scale else 4
+        estimate = (f"{_number(r['estimate'], digits)} [{_number(r['rci_low'], digits)}, "
+                    f"{_number(r['rci_high'], digits)}]")
         lines.append(f"| {r['question']} | {r['position']} | {r['benchmark']} | {r['design']} | {r['baseline']} | "
-                     f"{r['method']} | {z} | {r['boundary']:.2f} | {r['verdict']} | "
+                     f"{r['method']} | {estimate} | {_number(r['z'], 2)} | {r['boundary']:.2f} | {r['verdict']} | "
                      f"{'' if pd.isna(r['decided_at_look']) else int(r['decided_at_look'])} |")
     return "\n".join(lines) + "\n"
 
@@ -135,20 +181,25 @@ def _cmd_confirm(args) -> int:
     from pathlib import Path
 
     from pods.atomic import atomic_write_text
-    from pods.study.tables import read_summary_table
+    from pods.study.tables import read_summary_table, write_csv
 
     design = read_summary_table(args.design)
     order = plan_order(design, args.batch * args.max_looks)
-    looks = [look_z(read_summary_table(path), order) for path in args.looks]
-    if not looks or len(looks) > args.max_looks:
-        raise ValueError(f"--looks: 1 to {args.max_looks} look summaries, got {len(looks)}")
-    table = confirmation_table(looks, order, args.batch, args.max_looks, args.spending)
-    done = finished(walk(looks, order, args.batch, args.max_looks, args.spending), len(looks), args.max_looks)
+    if not args.looks or len(args.looks) > args.max_looks:
+        raise ValueError(f"--looks: 1 to {args.max_looks} look summaries, got {len(args.looks)}")
+    summaries = [read_summary_table(path) for path in args.looks]
+    looks = [look_z(summary, order) for summary in summaries]
+    hypotheses = max(len(keys) for keys in order.values())
+    levels = hypotheses if args.procedure == "holm" else 1
+    bounds = sequential.level_boundaries(args.batch, args.max_looks, levels, sequential.SIDE_ALPHA, args.spending,
+                                         sims=args.sims)
+    table = confirmation_table(looks, order, bounds, args.max_looks, args.procedure, summaries)
+    done = finished(walk(looks, order, bounds, args.max_looks, args.procedure), len(looks), args.max_looks)
     table["finished"] = done
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, table.to_csv(index=False))
-    md = confirmation_markdown(table, done)
+    write_csv(table, out)
+    md = confirmation_markdown(table, done, args.procedure)
     atomic_write_text(out.with_suffix(".md"), md)
     print(md, end="")
     return 0
@@ -160,5 +211,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--batch", type=int, required=True, help="new seed pairs per look")
     parser.add_argument("--max-looks", type=int, required=True, help="looks at most (the cap)")
     parser.add_argument("--spending", default="obrien_fleming", choices=list(sequential.SPENDING.names()))
+    parser.add_argument("--procedure", default="fixed_sequence", choices=list(sequential.PROCEDURES.names()),
+                        help="how each question's comparisons share alpha (docs/verdict.md)")
+    parser.add_argument("--sims", type=int, default=4_000_000,
+                        help="simulated null paths behind the boundaries of looks 2 on (look 1's is exact)")
     parser.add_argument("--out", required=True, help="confirmation.csv (the .md goes beside it)")
     parser.set_defaults(func=_cmd_confirm)

@@ -22,6 +22,8 @@ class StudyPaths:
         self.summary_csv = f"{self.results}/{config['summary']}"
         self.summary_md = self.summary_csv[: -len(".csv")] + ".md"
         self.study_file = str(Path(self.summary_csv).with_name("study.yaml"))
+        # the step costs a cost-clock study trains on: the protocol's (step_costs), else its own
+        self.step_costs = (config.get("step_costs") or f"{self.results}/cost").rstrip("/")
 
     def run_dir(self, run) -> str:
         """The directory of a `pods.study.expansion.Run`."""
@@ -30,7 +32,7 @@ class StudyPaths:
 
     def step_cost_file(self, benchmark: str, hardware: str) -> str:
         """The `pods cost` file of a benchmark on a hardware profile (a study on the cost clock)."""
-        return f"{self.results}/cost/{benchmark}/{hardware}.json"
+        return f"{self.step_costs}/{benchmark}/{hardware}.json"
 
     # ---- base models: a warm start, a hub id's fetched folder, or a folder as it is
     def uses_warmstart(self, label: str) -> bool:

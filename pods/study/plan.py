@@ -26,7 +26,7 @@ from pods.study.expansion import Comparison, Run, check_design, expand
 from pods.study.hardware import HardwareProfile
 from pods.study.paths import StudyPaths
 from pods.study.run_configs import RunConfig, RunConfigs, format_overrides
-from pods.study.schema import StudyError, load_schema, validate
+from pods.study.schema import PROTOCOL_FILE, PROTOCOL_KEYS, StudyError, load_schema, validate
 
 
 def summary_or_empty(run_dir: str) -> dict:
@@ -35,6 +35,27 @@ def summary_or_empty(run_dir: str) -> dict:
         return read_summary(run_dir)
     except RunFileError:
         return {}
+
+
+def check_protocol(config: Mapping, protocol_file: Path = PROTOCOL_FILE) -> None:
+    """A study that keeps the protocol's name (config/protocol.yaml) trains and times its runs as
+    the protocol says: the same trainer, kernels, clock, step costs and budget (`train` exactly the
+    protocol's), and its comparisons paired by seed. One that needs another protocol names its own
+    (`protocol: ...`). Checked before any job exists."""
+    if not protocol_file.is_file():
+        return
+    protocol = yaml.safe_load(protocol_file.read_text()) or {}
+    if config.get("protocol") != protocol.get("protocol"):
+        return
+    name = protocol["protocol"]
+    for key in PROTOCOL_KEYS:
+        if key in protocol and config.get(key) != protocol[key]:
+            raise StudyError(f"{key}: {config.get(key)!r} is not protocol {name}'s {protocol[key]!r} ({protocol_file}); "
+                             f"a study on another protocol names it: protocol: <its name>, with a results_dir of its own")
+    for comparison in config.get("comparisons", []):
+        if comparison.get("pairing", "seed") != "seed":
+            raise StudyError(f"comparisons: {comparison.get('name')}: protocol {name} pairs arms by seed; "
+                             f"an unpaired study names another protocol")
 
 
 class Study:
@@ -51,6 +72,7 @@ class Study:
         warmstart_config = config["warmstart"].get("config")
         if warmstart_config and not Path(warmstart_config).is_file():
             raise StudyError(f"warmstart.config: no file {warmstart_config}")
+        check_protocol(config)
         self._profiles: dict[str, HardwareProfile] = {}
         self.configs = RunConfigs(config, self.paths, self.profile)
         self.comparisons: list[Comparison] = expand(config, self.profile)

@@ -17,6 +17,13 @@ import yaml
 SCHEMA = Path(str(resources.files("pods") / "data" / "schema.yaml"))
 
 
+# The study protocol every study layers over first (config/protocol.yaml, relative to the folder the
+# workflow runs in): the Snakefile reads it before config/config.yaml, and so does load_study_config.
+PROTOCOL_FILE = Path("config/protocol.yaml")
+# its keys: what a study that keeps the protocol's name may not change (pods.study.plan.Study)
+PROTOCOL_KEYS = ("trainer_config", "aten_cpu_capability", "clock", "step_costs", "train")
+
+
 class StudyError(ValueError):
     """A study config that cannot be run; the message names the file or config key."""
 
@@ -88,12 +95,14 @@ def typed_command_line(value: Any) -> Any:
 
 
 def load_study_config(*paths: str | Path, overrides: Mapping | None = None, schema: Mapping | None = None) -> dict:
-    """The study config as the workflow sees it: the files merged as `--configfile` merges them
-    (nested mappings key by key), then `overrides` (`--config`), validated with defaults filled in."""
+    """The study config as the workflow sees it: the protocol (PROTOCOL_FILE, where it exists), then
+    the files merged as `--configfile` merges them (nested mappings key by key), then `overrides`
+    (`--config`), validated with defaults filled in."""
     from snakemake.utils import update_config
 
     config: dict = {}
-    for path in paths:
+    protocol = [PROTOCOL_FILE] if PROTOCOL_FILE.is_file() and PROTOCOL_FILE not in map(Path, paths) else []
+    for path in [*protocol, *paths]:
         update_config(config, yaml.safe_load(Path(path).read_text()) or {})
     update_config(config, typed_command_line(dict(overrides or {})))
     where = " + ".join([*map(str, paths), *(["--config"] if overrides else [])]) or "study config"

@@ -29,7 +29,7 @@ controls the family-wise error when every hypothesis has an alpha-level group-se
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 from scipy import optimize
@@ -86,32 +86,70 @@ def boundaries(fractions: Sequence[float], alpha: float = SIDE_ALPHA, spending: 
     return np.array(bounds)
 
 
+class Boundaries(NamedTuple):
+    """Upper critical values of each look (normal scale) and their Monte-Carlo standard errors."""
+
+    bounds: np.ndarray
+    se: np.ndarray
+
+
+def null_t_paths(batch: int, looks: int, sims: int, seed: int = 0, chunk: int = 2_000_000) -> np.ndarray:
+    """[sims, looks] paired-t statistics of null paths (mean-zero normal differences) on the normal
+    scale (`z_from_t`), after 1..looks batches of `batch` pairs. Drawn from sufficient statistics:
+    a batch of b normal differences adds a N(0, b) sum and a chi-square(b - 1) sum of squares about
+    its own mean, two draws per batch instead of b; the t statistic does not depend on the SD."""
+    ks = batch * np.arange(1, looks + 1)
+    out = np.empty((sims, looks), dtype=np.float32)
+    rng = np.random.default_rng(seed)
+    for start in range(0, sims, chunk):
+        n = min(chunk, sims - start)
+        sums = rng.standard_normal((n, looks)) * math.sqrt(batch)
+        within = rng.chisquare(batch - 1, (n, looks))
+        total, squares = np.cumsum(sums, axis=1), np.cumsum(within + sums ** 2 / batch, axis=1)
+        sd = np.sqrt(np.maximum(squares - total ** 2 / ks, 1e-300) / (ks - 1))
+        out[start:start + n] = z_from_t((total / ks) / (sd / np.sqrt(ks)), ks - 1)
+    return out
+
+
 def t_boundaries(batch: int, looks: int, alpha: float = SIDE_ALPHA, spending: str = "obrien_fleming",
-                 sims: int = 200_000, seed: int = 0) -> np.ndarray:
-    """The same spending on the paired t statistics of `batch` new pairs per look (normal scale,
-    `z_from_t`). With a few pairs the normal boundaries let slightly more than alpha through
-    (the SD is re-estimated at every look); the null distribution of the t statistics' path does
-    not depend on the unknown SD, so boundaries read off `sims` simulated null paths are exact up
-    to Monte-Carlo error (about 0.0004 on alpha at 200,000 paths)."""
+                 sims: int = 4_000_000, seed: int = 0, paths: np.ndarray | None = None) -> Boundaries:
+    """The spending function's boundaries for paired t statistics on `batch` new pairs per look
+    (normal scale, `z_from_t`), with their Monte-Carlo standard errors.
+
+    With a few pairs the normal boundaries let slightly more than alpha through (the SD is
+    re-estimated at every look). The first look's statistic alone is exactly standard normal on
+    that scale (z_from_t of a t statistic under the null), so its boundary is the normal quantile
+    of what it spends, exactly. Later looks are read off `sims` simulated null paths
+    (`null_t_paths`, or `paths` already drawn): look k's boundary is the value that the share of
+    paths spent at k exceeds among the paths no earlier boundary stopped. Its standard error is
+    half the distance between the order statistics one binomial SD of the exceedance count on
+    either side (the quantile's Monte-Carlo error); `pods confirm` prints it."""
     if batch < 2 or looks < 1:
         raise ValueError(f"a confirmation needs batches of >= 2 pairs and >= 1 look, got {batch} and {looks}")
-    rng = np.random.default_rng(seed)
     ks = batch * np.arange(1, looks + 1)
-    x = rng.standard_normal((sims, int(ks[-1])), dtype=np.float32).astype(float)
-    csum, csq = np.cumsum(x, axis=1)[:, ks - 1], np.cumsum(x * x, axis=1)[:, ks - 1]
-    mean = csum / ks
-    sd = np.sqrt(np.maximum(csq - ks * mean ** 2, 1e-300) / (ks - 1))
-    z = z_from_t(mean / (sd / np.sqrt(ks)), ks - 1)
     spent = SPENDING[spending](ks / ks[-1], alpha)
-    alive, bounds = np.ones(sims, dtype=bool), []
+    z = paths if paths is not None else (null_t_paths(batch, looks, sims, seed) if looks > 1 else None)
+    total = len(z) if z is not None else 0
+    alive = np.ones(total, dtype=bool)
+    bounds, errors = [], []
     for k in range(looks):
         increment = spent[k] - (spent[k - 1] if k else 0.0)
-        count = int(round(increment * sims))
-        above = np.sort(z[alive, k])[::-1]
-        c = math.inf if count < 1 else float(above[count - 1])
+        if k == 0:
+            c, se = float(sps.norm.isf(increment)) if increment > 0 else math.inf, 0.0
+        else:
+            count = increment * total
+            if count < 1:
+                c, se = math.inf, math.nan
+            else:
+                values = np.sort(z[alive, k])[::-1]
+                j, spread = int(round(count)), max(math.sqrt(count), 1.0)
+                lo, hi = max(int(round(count - spread)), 1), min(int(round(count + spread)), len(values))
+                c, se = float(values[j - 1]), float(values[lo - 1] - values[hi - 1]) / 2
         bounds.append(c)
-        alive &= z[:, k] < c
-    return np.array(bounds)
+        errors.append(se)
+        if z is not None:
+            alive &= z[:, k] < c
+    return Boundaries(np.array(bounds), np.array(errors))
 
 
 def z_from_t(statistic: np.ndarray, df: np.ndarray) -> np.ndarray:
@@ -130,11 +168,25 @@ class Outcome(NamedTuple):
     stopped_at: int
 
 
-def hierarchical(z: np.ndarray, bounds: np.ndarray) -> Outcome:
+def level_boundaries(batch: int, looks: int, hypotheses: int, alpha: float = SIDE_ALPHA,
+                     spending: str = "obrien_fleming", sims: int = 4_000_000, seed: int = 0) -> dict[int, Boundaries]:
+    """The t boundaries at alpha / j for j = 1..hypotheses (the levels a Holm-type procedure passes
+    through as hypotheses are decided), all read off one set of simulated null paths."""
+    paths = null_t_paths(batch, looks, sims, seed) if looks > 1 else None
+    return {j: t_boundaries(batch, looks, alpha / j, spending, paths=paths) for j in range(1, hypotheses + 1)}
+
+
+PROCEDURES: Registry = Registry("multiple-testing procedure of a confirmation")
+
+
+@PROCEDURES.register("fixed_sequence")
+def hierarchical(z: np.ndarray, bounds: Mapping[int, np.ndarray] | np.ndarray) -> Outcome:
     """Walk a fixed sequence of hypotheses through the looks: z [looks, hypotheses] (NaN for looks
-    not yet run), bounds [looks] (the same alpha-level boundary for every hypothesis). At each look
-    the first undecided hypothesis is tested; a decision (|z| >= c, either side) passes the test to
-    the next one at the same look. Sampling stops at the look where the last one is decided."""
+    not yet run), bounds [looks] (the same alpha-level boundary for every hypothesis; or the
+    `level_boundaries` mapping, of which it uses the full level, 1). At each look the first
+    undecided hypothesis is tested; a decision (|z| >= c, either side) passes the test to the next
+    one at the same look. Sampling stops at the look where the last one is decided."""
+    bounds = np.asarray(bounds[1] if isinstance(bounds, Mapping) else bounds, dtype=float)
     z = np.atleast_2d(np.asarray(z, dtype=float))
     looks, hyps = z.shape
     look, direction = np.zeros(hyps, dtype=int), np.zeros(hyps, dtype=int)
@@ -151,33 +203,72 @@ def hierarchical(z: np.ndarray, bounds: np.ndarray) -> Outcome:
     return Outcome(look, direction, stopped)
 
 
+@PROCEDURES.register("holm")
+def holm_sequential(z: np.ndarray, bounds: Mapping[int, np.ndarray]) -> Outcome:
+    """Holm's procedure inside group-sequential boundaries (the graphical approach of Maurer &
+    Bretz 2013 with equal weights): each of the j hypotheses still undecided is tested at look k
+    against its group-sequential boundary at level alpha / j (`bounds[j][k]`, `level_boundaries`);
+    a decision passes its share of alpha to the others, which are tested again at the same look
+    at the higher level. Ties in order do not matter: the largest |z| is tried first. Testing
+    only the current look rejects a subset of what the closed test over the whole sequence
+    rejects, so the family-wise error stays at alpha per side."""
+    z = np.atleast_2d(np.asarray(z, dtype=float))
+    looks, hyps = z.shape
+    look, direction = np.zeros(hyps, dtype=int), np.zeros(hyps, dtype=int)
+    open_, stopped = list(range(hyps)), 0
+    for k in range(looks):
+        if not np.isfinite(z[k]).any():
+            break
+        stopped = k + 1
+        while open_:
+            c = float(np.asarray(bounds[len(open_)])[k])
+            h = max(open_, key=lambda i: abs(z[k, i]) if np.isfinite(z[k, i]) else -1.0)
+            if not (np.isfinite(z[k, h]) and abs(z[k, h]) >= c):
+                break
+            look[h], direction[h] = k + 1, int(np.sign(z[k, h]))
+            open_.remove(h)
+        if not open_:
+            break
+    return Outcome(look, direction, stopped)
+
+
 def simulate_sequential(effects: Sequence[float], sd: Sequence[float], batch: int, looks: int, studies: int = 4000,
-                        correlation: float = 0.0, spending: str = "obrien_fleming", seed: int = 0) -> dict:
-    """Error rates and power of the hierarchical confirmation with paired t tests at each look.
+                        correlation: float = 0.0, spending: str = "obrien_fleming", seed: int = 0,
+                        procedure: str = "fixed_sequence", bounds: Mapping[int, Boundaries] | None = None,
+                        sims: int = 1_000_000) -> dict:
+    """Error rates and power of a confirmation with paired t tests at each look, its hypotheses
+    walked by `procedure` (PROCEDURES; in the order given, for the fixed sequence).
 
     Each hypothesis h is a paired comparison whose per-pair differences are normal with mean
     effects[h] and SD sd[h]; the hypotheses' differences of one pair correlate by `correlation` (the
     arms of a seed serve several comparisons). `batch` pairs arrive per look, `looks` looks. Returns,
     per hypothesis, the rate of decisions above and below (a false decision wherever the effect is
-    0), the mean number of pairs at the stop, and the family-wise rate of any false decision."""
+    0), the mean number of pairs at the stop, and the family-wise rate of any false decision.
+    `bounds`: level_boundaries already computed (else computed with `sims` null paths)."""
     rng = np.random.default_rng(seed)
     effects, sd = np.asarray(effects, float), np.asarray(sd, float)
     hyps = len(effects)
+    if bounds is None:
+        bounds = level_boundaries(batch, looks, hyps, SIDE_ALPHA, spending, sims=sims, seed=seed + 1)
+    levels = {j: b.bounds for j, b in bounds.items()}
     cov = correlation * np.ones((hyps, hyps)) + (1 - correlation) * np.eye(hyps)
     draws = rng.multivariate_normal(np.zeros(hyps), cov, size=(studies, batch * looks)) * sd + effects
-    bounds = t_boundaries(batch, looks, SIDE_ALPHA, spending)
     ks = batch * np.arange(1, looks + 1)
     z = np.empty((studies, looks, hyps))
     for j, k in enumerate(ks):
         x = draws[:, :k]
         t = x.mean(axis=1) / (x.std(axis=1, ddof=1) / math.sqrt(k))
         z[:, j] = z_from_t(t, k - 1)
-    outcomes = [hierarchical(z[s], bounds) for s in range(studies)]
+    walk = PROCEDURES[procedure]
+    outcomes = [walk(z[s], levels) for s in range(studies)]
     direction = np.array([o.direction for o in outcomes])
     null = effects == 0
     false = (direction != 0) & null[None, :] | (direction * np.sign(effects)[None, :] < 0)
+    wrong_side = lambda side: float((((direction == side) & (np.sign(effects)[None, :] != side))  # noqa: E731
+                                     .any(axis=1)).mean())
     return {
-        "bounds": bounds, "decide_up": (direction > 0).mean(axis=0), "decide_down": (direction < 0).mean(axis=0),
+        "bounds": levels[1], "decide_up": (direction > 0).mean(axis=0), "decide_down": (direction < 0).mean(axis=0),
         "familywise_false": float(false.any(axis=1).mean()),
+        "familywise_false_up": wrong_side(1), "familywise_false_down": wrong_side(-1),
         "pairs_at_stop": float(np.mean([ks[o.stopped_at - 1] for o in outcomes])),
     }

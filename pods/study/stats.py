@@ -136,32 +136,57 @@ def paper_rule(t, y_base, y_method, fraction, fixed=None) -> Times:
     return Times(target, first_grid_time(t, y_base, target), first_grid_time(t, y_method, target))
 
 
+def anchored_fits(t: np.ndarray, y_base: np.ndarray, y_method: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                                                      np.ndarray]:
+    """The curves every fit-based time rule reads its crossings off: (start [R], f_base, f_method [R, G]).
+
+    Both arms start from the same base model, so at t = 0 they have one accuracy, the start: the
+    mean of the two arms' t = 0 evaluations (the same number when the arms are paired by seed).
+    Each arm's curve is the start at t = 0, then the monotone (isotonic) fit of its evaluations
+    after t = 0. Declared rule for a level a curve reaches at or before its first evaluation
+    (docs/verdict.md, "Levels at t = 0"): every level above the start is crossed strictly after
+    t = 0, interpolated linearly from (0, start) to the first fitted point at or above it, so a
+    crossing time is never 0 and a speedup never infinite; a level the curve never reaches
+    within the grid is censored at the budget, as before. Fitting t = 0 together with the later
+    evaluations (the rule before) pooled the shared start into the first evaluations whenever they
+    fell below it, and a resample whose other arm then started above a level crossed it at t = 0.
+    A grid that does not start at 0 has no shared start: plain monotone fits."""
+    y_base, y_method = np.atleast_2d(y_base), np.atleast_2d(y_method)
+    if t[0] != 0:
+        f_b, f_m = isotonic_fits(y_base), isotonic_fits(y_method)
+        return f_b[:, 0], f_b, f_m
+    later = t > 0
+    start = 0.5 * (y_base[:, 0] + y_method[:, 0])
+    fit = lambda y: np.concatenate([start[:, None], isotonic_fits(y[:, later])], axis=1)  # noqa: E731
+    return start, fit(y_base), fit(y_method)
+
+
 @time_rule("isotonic", style=(":", "D"), monotone_fits=True, decomposed=True, figure=True)
 def isotonic_rule(t, y_base, y_method, fraction, fixed=None) -> Times:
-    """The robust rule: both mean curves fitted under monotonicity; target = `fraction` x the
-    highest level BOTH fits reach (the baseline's peak whenever the method gets there; the
-    method's own peak when it ends lower), crossings interpolated. Taking the lower of the two
-    maxima makes the rule symmetric: with two identical arms the speedup is centred on 1, where
-    the baseline's own (noisy, upward-biased) maximum alone made "slower" twice as likely."""
-    f_b, f_m = isotonic_fits(y_base), isotonic_fits(y_method)
+    """The robust rule: both mean curves fitted under monotonicity (`anchored_fits`); target =
+    `fraction` x the highest level BOTH fits reach (the baseline's peak whenever the method gets
+    there; the method's own peak when it ends lower), crossings interpolated. Taking the lower of
+    the two maxima makes the rule symmetric: with two identical arms the speedup is centred on 1,
+    where the baseline's own (noisy, upward-biased) maximum alone made "slower" twice as likely."""
+    start, f_b, f_m = anchored_fits(t, y_base, y_method)
     later = t > 0
     target = fraction * np.minimum(f_b[:, later].max(axis=1), f_m[:, later].max(axis=1))
-    target = np.where(target > f_b[:, 0], target, np.nan)  # no gain over the base model: no target
+    target = np.where(target > start, target, np.nan)  # no gain over the base model: no target
     return Times(target, crossing_times(t, f_b, target), crossing_times(t, f_m, target))
 
 
 @time_rule("gain", monotone_fits=True)
 def gain_rule(t, y_base, y_method, fraction, fixed=None) -> Times:
-    """A share of the gain over the base model: target = base + `fraction` x (the highest level
-    BOTH monotone fits reach - base), crossings interpolated. At `fraction` 0.5 both arms cross
-    where their curves still rise steeply, so the crossing times are well conditioned even when
-    neither curve levels off within the budget (time to a peak divides the evaluation noise by a
-    slope near zero there)."""
-    f_b, f_m = isotonic_fits(y_base), isotonic_fits(y_method)
+    """A share of the gain over the base model: target = start + `fraction` x (the highest level
+    BOTH monotone fits reach - start), crossings interpolated (`anchored_fits`). At `fraction` 0.5
+    both arms cross where their curves still rise steeply, so the crossing times are well
+    conditioned even when neither curve levels off within the budget (time to a peak divides the
+    evaluation noise by a slope near zero there)."""
+    start, f_b, f_m = anchored_fits(t, y_base, y_method)
     later = t > 0
     top = np.minimum(f_b[:, later].max(axis=1), f_m[:, later].max(axis=1))
-    target = f_b[:, 0] + fraction * (top - f_b[:, 0])
-    target = np.where(top > f_b[:, 0], target, np.nan)  # no gain over the base model: no target
+    target = start + fraction * (top - start)
+    target = np.where(top > start, target, np.nan)  # no gain over the base model: no target
     return Times(target, crossing_times(t, f_b, target), crossing_times(t, f_m, target))
 
 
@@ -177,23 +202,26 @@ def profile_rule(t, y_base, y_method, fraction, fixed=None) -> Times:
     gain keeps every crossing where the curves still rise (well conditioned, docs/verdict.md); the
     bottom, where a crossing is one evaluation's noise above the base model. Both fits reach every
     level by construction: never censored. `target` is the middle level."""
-    fractions = np.linspace(1 - fraction, fraction, PROFILE_LEVELS)
-    crossings = [gain_rule(t, y_base, y_method, f) for f in fractions]
+    start, f_b, f_m = anchored_fits(t, y_base, y_method)   # once for the nine levels
+    later = t > 0
+    top = np.minimum(f_b[:, later].max(axis=1), f_m[:, later].max(axis=1))
+    gain = np.where(top > start, top - start, np.nan)  # no gain over the base model: no target
+    targets = [start + f * gain for f in np.linspace(1 - fraction, fraction, PROFILE_LEVELS)]
     with np.errstate(divide="ignore", invalid="ignore"):
-        geo = [np.exp(np.mean(np.log([getattr(c, side) for c in crossings]), axis=0))
-               for side in ("t_baseline", "t_method")]
-    return Times(crossings[PROFILE_LEVELS // 2].target, geo[0], geo[1])
+        geo = [np.exp(np.mean(np.log([crossing_times(t, f, target) for target in targets]), axis=0))
+               for f in (f_b, f_m)]
+    return Times(targets[PROFILE_LEVELS // 2], geo[0], geo[1])
 
 
 @time_rule("fixed", monotone_fits=True)
 def fixed_rule(t, y_base, y_method, fraction, fixed=None) -> Times:
     """A quality target set in advance per benchmark (MLPerf's time-to-train): the time each
-    arm's monotone fit reaches `fixed`."""
+    arm's monotone fit (`anchored_fits`) reaches `fixed`; no target at or below the start."""
     if fixed is None:
         raise ValueError("the fixed rule needs a target accuracy (the study's target_accuracy)")
-    target = np.full(len(y_base), float(fixed))
-    return Times(target, crossing_times(t, isotonic_fits(y_base), target),
-                 crossing_times(t, isotonic_fits(y_method), target))
+    start, f_b, f_m = anchored_fits(t, y_base, y_method)
+    target = np.where(float(fixed) > start, float(fixed), np.nan)
+    return Times(target, crossing_times(t, f_b, target), crossing_times(t, f_m, target))
 
 
 FIGURE_RULE = next(name for name, rule in TIME_RULES.items() if rule.figure)
@@ -266,12 +294,23 @@ def _undecided(estimate: np.ndarray) -> Interval:
     return Interval(nan, nan.copy(), np.ones(np.shape(estimate)))
 
 
+def _defined(interval: Interval) -> Interval:
+    """An interval is a decision only where both its ends are finite and it has width: a zero or
+    undefined spread of the resamples (every resample equal, too few of them, an infinite one)
+    says nothing about the difference, so it gives no interval and p = 1, never a decision."""
+    low, high = np.asarray(interval.low, dtype=float), np.asarray(interval.high, dtype=float)
+    ok = np.isfinite(low) & np.isfinite(high) & (high > low)
+    nan = np.full(np.shape(low), np.nan)
+    return Interval(np.where(ok, low, nan), np.where(ok, high, nan),
+                    np.where(ok, np.nan_to_num(np.asarray(interval.p_value, dtype=float), nan=1.0), 1.0))
+
+
 def percentile(replicates: np.ndarray, estimate: np.ndarray, k, paired: bool = False) -> Interval:
     """The plain per-seed percentile bootstrap (undercovers at a few seeds: kept as a reference)."""
     lo, hi = np.nanquantile(replicates, [ALPHA / 2, 1 - ALPHA / 2], axis=-1)
     below = np.mean(replicates <= 0, axis=-1)
     p = np.clip(2 * np.minimum(below, 1 - below), 1 / (replicates.shape[-1] + 1), 1)
-    return Interval(lo, hi, p)
+    return _defined(Interval(lo, hi, p))
 
 
 def expanded(replicates: np.ndarray, estimate: np.ndarray, k: int, paired: bool = False) -> Interval:
@@ -291,7 +330,7 @@ def expanded(replicates: np.ndarray, estimate: np.ndarray, k: int, paired: bool 
     side = np.where(count >= 10, count / np.maximum(n, 1), np.nan_to_num(normal, nan=0.5))
     side = np.clip(side, 1e-12, 0.5)
     p = 2 * sps.t.sf(-sps.norm.ppf(side) / scale, df)
-    return Interval(lo, hi, np.minimum(p, 1.0))
+    return _defined(Interval(lo, hi, np.minimum(p, 1.0)))
 
 
 def t_boot(replicates: np.ndarray, estimate: np.ndarray, k, paired: bool = False) -> Interval:
@@ -299,14 +338,12 @@ def t_boot(replicates: np.ndarray, estimate: np.ndarray, k, paired: bool = False
     scale, df = _expansion(k, paired)
     if not np.all(np.isfinite(scale)):
         return _undecided(estimate)
-    se = np.nanstd(replicates, axis=-1, ddof=1) * scale
+    with np.errstate(invalid="ignore"):
+        se = np.nanstd(replicates, axis=-1, ddof=1) * scale
     q = sps.t.ppf(1 - ALPHA / 2, df)
     with np.errstate(divide="ignore", invalid="ignore"):
         p = 2 * sps.t.sf(np.abs(estimate) / se, df)
-    # no spread: a difference every resample agrees on decides; an undefined SD (a resample with an
-    # infinite speedup: a fitted curve above a level at t = 0) says nothing, as `_undecided` says
-    p = np.where(se > 0, p, np.where(np.isnan(se) | (estimate == 0), 1.0, 0.0))
-    return Interval(estimate - q * se, estimate + q * se, p)
+    return _defined(Interval(estimate - q * se, estimate + q * se, p))
 
 
 def hull(replicates: np.ndarray, estimate: np.ndarray, k, paired: bool = False) -> Interval:
@@ -344,7 +381,8 @@ SEED_TESTS = {"welch": welch, "paired_t": paired_t}   # per-seed endpoints: unpa
 def decide(low, high, null: float, above: str, below: str):
     """`above` when the whole interval lies above `null`, `below` when below it, else undecided."""
     low, high = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
-    return np.where(low > null, above, np.where(high < null, below, "undecided"))
+    whole = np.isfinite(low) & np.isfinite(high)  # an interval with an undefined end decides nothing
+    return np.where(whole & (low > null), above, np.where(whole & (high < null), below, "undecided"))
 
 
 # --------------------------------------------------------------------------------------------

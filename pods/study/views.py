@@ -80,6 +80,7 @@ def verdict_views(runs, study_path, out_dir, figures_dir, studies: int = 200, bo
     if not (recorded.is_file() and (out_dir / "calibration.csv").is_file() and stamp in recorded.read_text()):
         # minutes of simulation: only when a curve, a setting or the harness's code changed
         table = calibration.calibrate(comps, seeds=seeds, studies=studies, boot=boot, seed=seed)
+        table.attrs["studies"] = studies
         write_csv(table, out_dir / "calibration.csv")
         heading = (f"## Calibration of every endpoint ({studies} simulated studies per cell, {boot} "
                    f"resamples; docs/verdict.md)")
@@ -161,7 +162,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                                   tails=args.tails)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, table.to_csv(index=False))
+    write_csv(table, out)
     table.attrs["studies"] = args.studies
     md = calibration.calibration_markdown(table)
     declared = calibration.report(table, comps, shipped)

@@ -13,7 +13,7 @@ import yaml
 from pods.study.expansion import Run
 from pods.study.hardware import LAUNCHERS
 from pods.study.plan import Study
-from pods.study.schema import StudyError, load_study_config
+from pods.study.schema import PROTOCOL_KEYS, StudyError, load_study_config
 from pods.training import hub
 from pods.training.config import TrainConfig, load_train_config
 from pods.training.cost_clock import on_cost_clock
@@ -30,6 +30,8 @@ def in_repo(monkeypatch):
 
 
 def study(*layers, **overrides) -> Study:
+    if PROTOCOL_KEYS & overrides.keys():  # a study that changes the protocol names its own
+        overrides.setdefault("protocol", "test")
     return Study(load_study_config("config/config.yaml", *layers, overrides=overrides))
 
 
