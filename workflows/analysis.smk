@@ -119,7 +119,8 @@ VERDICT_VIEW_FIGURES = [f"{FIGURES}/{name}.{ext}" for name in ("speedup_profile"
 
 
 derived("verdict_views", lambda: {"study": STUDY_FILE, "summary": SUMMARY_CSV},
-        {"studies": config["calibration"]["studies"], "boot": config["calibration"]["boot"]},
+        {"studies": config["calibration"]["studies"], "boot": config["calibration"]["boot"],
+         "primary_studies": config["calibration"]["primary_studies"]},
         upstream=["study_file", "analyze"])
 
 
@@ -130,6 +131,7 @@ rule verdict_views:
     params:
         studies=config["calibration"]["studies"],
         boot=config["calibration"]["boot"],
+        primary_studies=config["calibration"]["primary_studies"],
     output:
         VERDICT_VIEW_FILES,
         [report(f, caption=f"report/{Path(f).stem}.rst", category="Figures", subcategory="verdict")
@@ -142,7 +144,7 @@ rule verdict_views:
 
         with open(log[0], "w") as fh:
             written = verdict_views(RUNS, input.study, PROJECTION_DIR, FIGURES, studies=params.studies,
-                                    boot=params.boot)
+                                    boot=params.boot, primary_studies=params.primary_studies)
             print(*written, sep="\n", file=fh)
         write_stamp("verdict_views")
 
@@ -164,6 +166,7 @@ def print_bottom_line():
                         runs_total=len(STUDY.runs), runs_reused=FINISHED_AT_START,
                         analysis="rewritten now" if rewritten else "re-used (their inputs are unchanged)")
     look = confirmation_of(config.get("confirmation_results"), COMPARISONS)
-    if look:  # the standing of this study's confirmation, where one has been run (config/decide.yaml's)
-        lines += ["", *confirmation_lines(look)]
+    if look:  # this study's confirmation on fresh seeds is the answer: first, the study's own seeds after it
+        lines = [*confirmation_lines(look, config=config.get("confirmation_config") or "its config"), "",
+                 "Exploratory (this study's own seeds; the confirmation above is the answer)", *lines[1:]]
     print("\n" + "\n".join(lines), flush=True)

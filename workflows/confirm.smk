@@ -1,40 +1,62 @@
-# A confirmation (config `confirmation`, e.g. config/decide.yaml): the study's comparisons on fresh
+# A confirmation (config `confirmation`, e.g. config/confirm.yaml): the study's comparisons on fresh
 # seeds, a batch of seed pairs per look, until every primary has decided or the cap is reached
-# (docs/verdict.md, "Seeds until it decides"; pods.study.confirm). Look k analyses the seeds
-# first_seed .. first_seed + k * batch - 1 of every arm; after it, the `look` checkpoint's table says
-# whether the next batch is needed, and only then does the `confirm` target ask for it: a stopped
-# machine loses nothing (finished runs are never retrained) and the rerun picks up the rest.
+# (docs/verdict.md, "The confirmation on the protocol"; pods.study.confirm). Look k analyses the
+# seeds first_seed .. first_seed + k * batch - 1 of every arm; after it, the `look` checkpoint's
+# table says whether the next batch is needed, and only then does the `confirm` target ask for it:
+# a stopped machine loses nothing (finished runs are never retrained) and the rerun picks up the
+# rest. Every look's files are stamped by content (common.smk, `derived`), so a fresh clone's
+# `confirm` re-uses the committed looks instead of redoing them on checkout times.
 CONFIRM = config.get("confirmation")
 if CONFIRM:
     CONFIRM_DIR = f"{PATHS.results}/confirm"
+    CONFIRM_PARAMS = {"batch": CONFIRM["batch"], "max_looks": CONFIRM["max_looks"],
+                      "procedure": CONFIRM.get("procedure", "fixed_sequence")}
 
     def look_seeds(k) -> list[int]:
         return list(range(CONFIRM["first_seed"], CONFIRM["first_seed"] + CONFIRM["batch"] * int(k)))
 
-    def look_runs(wc):
+    def look_run_dirs(k) -> list[str]:
+        return sorted({PATHS.run_dir(Run(row["benchmark"], row["hardware"], method, seed))
+                       for row in COMPARISONS for method in (row["baseline"], row["method"])
+                       for seed in look_seeds(k)})
+
+    def look_runs(k) -> list[str]:
         """What a look analyses from every run of its seeds (run_inputs: the train rule writes the
         missing ones; finished ones, the earlier looks' included, are read as they are)."""
-        files = []
-        for row in COMPARISONS:
-            for method in (row["baseline"], row["method"]):
-                for seed in look_seeds(wc.k):
-                    files += run_inputs(PATHS.run_dir(Run(row["benchmark"], row["hardware"], method, seed)))
-        return sorted(set(files))
+        return sorted({f for path in look_run_dirs(k) for f in run_inputs(path)})
+
+    def look_study_text(k) -> str:
+        rows = [{**row, "seeds": look_seeds(k)} for row in COMPARISONS]
+        return yaml.safe_dump({"comparisons": rows}, sort_keys=False)
+
+    def look_files(k):
+        return {name: f"{CONFIRM_DIR}/{name}{k}.{ext}"
+                for name, ext in (("study_look", "yaml"), ("summary_look", "csv"), ("look", "csv"))}
+
+    for _k in range(1, CONFIRM["max_looks"] + 1):
+        _paths = look_files(_k)
+        # a look's study file is fresh when it says what the config says (as the study file is)
+        derived(f"look_study{_k}", dict)
+        FRESH[f"look_study{_k}"] = (Path(_paths["study_look"]).is_file()
+                                    and Path(_paths["study_look"]).read_text() == look_study_text(_k))
+        derived(f"look_summary{_k}", lambda k=_k: {"study": look_files(k)["study_look"], "runs": look_runs(k)},
+                upstream=[f"look_study{_k}"])
+        derived(f"look{_k}", lambda k=_k: {"design": CONFIRM["design_summary"],
+                                           "looks": [look_files(i)["summary_look"] for i in range(1, k + 1)]},
+                CONFIRM_PARAMS, upstream=[f"look_summary{i}" for i in range(1, _k + 1)])
 
     rule look_study:
+        input:
+            unpack(lambda wc: by_content(f"look_study{wc.k}")),
         output:
             f"{CONFIRM_DIR}/study_look{{k}}.yaml",
-        params:
-            comparisons=COMPARISONS,
         localrule: True
         run:
-            rows = [{**row, "seeds": look_seeds(wildcards.k)} for row in params.comparisons]
-            atomic_write_text(output[0], yaml.safe_dump({"comparisons": rows}, sort_keys=False))
+            atomic_write_text(output[0], look_study_text(wildcards.k))
 
     rule look_summary:
         input:
-            study=f"{CONFIRM_DIR}/study_look{{k}}.yaml",
-            runs=look_runs,
+            unpack(lambda wc: by_content(f"look_summary{wc.k}")),
         output:
             f"{CONFIRM_DIR}/summary_look{{k}}.csv",
         params:
@@ -42,23 +64,23 @@ if CONFIRM:
         localrule: True
         log:
             f"{LOGS}/confirm/analyze_look{{k}}.log",
-        shell:
-            "pods analyze --runs {params.runs} --study {input.study} --out {output} > {log} 2>&1"
+        run:
+            shell("pods analyze --runs {params.runs} --study {input.study} --out {output} > {log} 2>&1")
+            runs = [f"{path}/{name}" for path in look_run_dirs(wildcards.k) for name in ("evals.jsonl", "steps.jsonl")]
+            write_stamp(f"look_summary{wildcards.k}", {"study": input.study, "runs": runs})
 
     checkpoint look:
         input:
-            design=CONFIRM["design_summary"],
-            looks=lambda wc: [f"{CONFIRM_DIR}/summary_look{i}.csv" for i in range(1, int(wc.k) + 1)],
+            unpack(lambda wc: by_content(f"look{wc.k}")),
         output:
             f"{CONFIRM_DIR}/look{{k}}.csv",
         params:
-            batch=CONFIRM["batch"],
-            max_looks=CONFIRM["max_looks"],
-            procedure=CONFIRM.get("procedure", "fixed_sequence"),
+            **CONFIRM_PARAMS,
         localrule: True
-        shell:
-            "pods confirm --design {input.design} --looks {input.looks} --batch {params.batch} "
-            "--max-looks {params.max_looks} --procedure {params.procedure} --out {output}"
+        run:
+            shell("pods confirm --design {input.design} --looks {input.looks} --batch {params.batch} "
+                  "--max-looks {params.max_looks} --procedure {params.procedure} --out {output}")
+            write_stamp(f"look{wildcards.k}")
 
     def confirmation_done(wc):
         """The last look's table: each finished look decides whether the next batch is trained."""

@@ -108,9 +108,6 @@ def bottom_line(rows: Sequence[Mapping], *, tables: Sequence[str] = (), runs_tot
             claimed = [r for r in shown if (r.get("axis") or "time") in CLOCKS
                        and str(r.get("baseline", "grpo")).startswith("grpo")
                        and str(r.get("method", "pods")).startswith("pods")]
-            reach = sum(_number(r.get("estimate")) >= PAPER_CLAIM for r in claimed)
-            words += (f"; the paper claims >= {PAPER_CLAIM}x for PODS over GRPO: {reach} of {len(claimed)} "
-                      f"such estimates on the training clock reach it")
         lines.append(f"  ({q}) {words}:")
         for r in shown:
             label = " ".join(str(r.get(c) or "") for c in varying)
@@ -119,9 +116,29 @@ def bottom_line(rows: Sequence[Mapping], *, tables: Sequence[str] = (), runs_tot
             if len(axes) > 1:
                 label += f" (by {r.get('axis') or 'time'})"
             lines.append(f"      {label}: {_estimate_text(r, q)} {_decision(r)}")
+        if q == "a":
+            lines.append(f"      {claim_words(claimed, varying)}")
     if tables:
         lines.append(f"  tables: {', '.join(map(str, tables))}")
     return lines
+
+
+def claim_words(rows: Sequence[Mapping], varying: Sequence[str] = ("benchmark", "design")) -> str:
+    """The paper's ">= 1.7x" judged by each speedup's interval, never its point estimate: reached
+    where the interval lies at or above 1.7, missed where it lies below, open where it holds 1.7
+    (or there is none); each comparison named."""
+    def name(r):
+        return " ".join(str(r.get(c) or "") for c in varying).strip() or "the comparison"
+
+    groups: dict[str, list[str]] = {"reach it": [], "fall short of it": [], "cannot tell": []}
+    for r in rows:
+        low, high = _number(r.get("ci_low")), _number(r.get("ci_high"))
+        key = ("cannot tell" if math.isnan(low) or math.isnan(high) else "reach it" if low >= PAPER_CLAIM
+               else "fall short of it" if high < PAPER_CLAIM else "cannot tell")
+        groups[key].append(name(r))
+    said = "; ".join(f"{key}: {', '.join(names)}" for key, names in groups.items() if names)
+    return (f"the paper's >= {PAPER_CLAIM}x for PODS over GRPO, judged by each interval (reach it: all of it >= "
+            f"{PAPER_CLAIM}; fall short: all of it below): " + (said or "no such comparison"))
 
 
 def confirmation_of(folder: str | os.PathLike | None, comparisons: Sequence[Mapping]) -> Path | None:
@@ -136,9 +153,17 @@ def confirmation_of(folder: str | os.PathLike | None, comparisons: Sequence[Mapp
     return looks[-1] if tested == {tuple(str(c[k]) for k in keys) for c in comparisons} else None
 
 
-def confirmation_lines(look_table: str | os.PathLike, *, config: str = "config/decide.yaml") -> list[str]:
-    """The confirmation's standing, read off its last look's table (`pods confirm`'s csv): how
-    many fresh seed pairs, whether it finished, and each primary's decision in its sequence."""
+QUESTIONS_PLAIN = {
+    "a": "(a) Does PODS reach the baseline's accuracy sooner in wall clock? (speedup over 10-90% of the gain)",
+    "b": "(b) Does PODS learn more within the same time budget? (mean accuracy over the budget, PODS - baseline)",
+}
+
+
+def confirmation_lines(look_table: str | os.PathLike, *, config: str = "config/confirm.yaml") -> list[str]:
+    """The confirmation's answer, read off its last look's table (`pods confirm`'s csv), in plain
+    words: how many fresh seed pairs, whether it finished, and per question each comparison's
+    decision in its sequence with its estimate and repeated 95% interval where the table has them;
+    a comparison past its boundary that is undecided says the sequence stopped before it."""
     rows = read_rows(look_table)
     last = max(int(r["look"]) for r in rows)
     rows = [r for r in rows if int(r["look"]) == last]
@@ -147,11 +172,26 @@ def confirmation_lines(look_table: str | os.PathLike, *, config: str = "config/d
     lines = [f"Confirmation on fresh seeds ({config}): look {last}, {rows[0]['pairs']} seed pairs per arm, "
              + ("finished" if finished else "continues with the next batch (snakemake --cores all confirm "
                                             f"--configfile {config})"),
-             f"  decided: {len(decided)} of {len(rows)} primary endpoints at the group-sequential boundary"]
-    for r in sorted(rows, key=lambda r: (r["question"], int(r["position"]))):
-        z = _number(r["z"])
-        z = f"{z:.2f}" if math.isfinite(z) else "n/a (no p-value)"
-        lines.append(f"      ({r['question']}) {r['benchmark']} {r['design']} {r['method']} vs {r['baseline']}: "
-                     f"z {z} (boundary {_number(r['boundary']):.2f}) {_decision(r)}")
+             f"  decided: {len(decided)} of {len(rows)} comparisons at the group-sequential boundary (2.5% per side "
+             "of a wrong decision, over all looks)"]
+    for q in sorted({r["question"] for r in rows}):
+        shown = sorted((r for r in rows if r["question"] == q), key=lambda r: int(r["position"]))
+        lines.append(f"  {QUESTIONS_PLAIN.get(q, f'({q})')}")
+        blocked = None
+        for r in shown:
+            z = _number(r["z"])
+            boundary = _number(r["boundary"])
+            ztext = f"{z:.2f}" if math.isfinite(z) else "n/a (no p-value)"
+            estimate = ""
+            if "estimate" in r and math.isfinite(_number(r.get("estimate"))):
+                estimate = _estimate_text({"estimate": r["estimate"], "ci_low": r.get("rci_low"),
+                                           "ci_high": r.get("rci_high")}, q) + ", "
+            why = ""
+            if _decision(r).lower() in UNDECIDED and blocked is not None and math.isfinite(z) and abs(z) >= boundary:
+                why = f" (past its boundary, but the fixed sequence tests it only after {blocked} decides)"
+            if _decision(r).lower() in UNDECIDED and blocked is None:
+                blocked = f"{r['benchmark']} {r['design']}"
+            lines.append(f"      {r['benchmark']} {r['design']} {r['method']} vs {r['baseline']}: {estimate}"
+                         f"z {ztext} (boundary {boundary:.2f}) {_decision(r)}{why}")
     lines.append(f"  table: {Path(look_table).with_suffix('.md')}")
     return lines

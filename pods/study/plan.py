@@ -50,8 +50,9 @@ def check_protocol(config: Mapping, protocol_file: Path = PROTOCOL_FILE) -> None
     name = protocol["protocol"]
     for key in PROTOCOL_KEYS:
         if key in protocol and config.get(key) != protocol[key]:
-            raise StudyError(f"{key}: {config.get(key)!r} is not protocol {name}'s {protocol[key]!r} ({protocol_file}); "
-                             f"a study on another protocol names it: protocol: <its name>, with a results_dir of its own")
+            raise StudyError(f"{key}: {config.get(key)!r} is not protocol {name}'s {protocol[key]!r} "
+                             f"({protocol_file}); a study on another protocol names it: protocol: <its name>, "
+                             "with a results_dir of its own")
     for comparison in config.get("comparisons", []):
         if comparison.get("pairing", "seed") != "seed":
             raise StudyError(f"comparisons: {comparison.get('name')}: protocol {name} pairs arms by seed; "

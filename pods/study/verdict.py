@@ -177,9 +177,13 @@ def _time_endpoint(e: Endpoint, t, base: Arm, meth: Arm, picks, fixed, paired: b
         record.update(steps_baseline=float(s_b), steps_method=float(s_m), step_efficiency=float(eff),
                       step_cost_ratio=float(cost))
         for name, est, reps_ in (("step_efficiency", eff, eff_reps), ("step_cost_ratio", cost, cost_reps)):
-            band = stats.expanded(stats.safe_log(reps_[np.isfinite(reps_)])[None, :], np.log([est]), k, paired)
-            record[f"{name}_ci_low"] = float(np.exp(band.low[0]))
-            record[f"{name}_ci_high"] = float(np.exp(band.high[0]))
+            finite = reps_[np.isfinite(reps_)]
+            if len(finite) and np.all(finite == finite[0]):  # a factor every resample agrees on (no decision
+                lo_hi = (float(finite[0]),) * 2                 # rests on it): known exactly, not undefined
+            else:
+                band = stats.expanded(stats.safe_log(finite)[None, :], np.log([est]), k, paired)
+                lo_hi = (float(np.exp(band.low[0])), float(np.exp(band.high[0])))
+            record[f"{name}_ci_low"], record[f"{name}_ci_high"] = lo_hi
     return record
 
 

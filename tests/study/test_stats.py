@@ -35,7 +35,8 @@ def test_isotonic_rule_targets_the_level_both_reach_and_is_symmetric_for_identic
     assert low.target[0] == pytest.approx(0.297) and np.isfinite(low.t_method[0])
     same = stats.isotonic_rule(T, base, base, 0.99)
     assert same.t_baseline[0] == same.t_method[0]
-    flat = stats.isotonic_rule(T, np.array([[0.5, 0.5, 0.49, 0.5, 0.5]]), meth, 0.99)  # no gain: no target
+    # no gain over the shared start (both arms start from the same base model): no target
+    flat = stats.isotonic_rule(T, np.array([[0.5, 0.5, 0.49, 0.5, 0.5]]), np.array([[0.5, 0.5, 0.5, 0.49, 0.5]]), 0.99)
     assert np.isnan(flat.target[0])
 
 
@@ -76,18 +77,70 @@ def test_expanded_interval_uses_hesterbergs_quantile_and_t_boot_its_sd():
 
 
 def test_resamples_that_leave_no_spread_to_read_are_undecided_not_decided():
-    """An infinite resample (a fitted curve above a level at t = 0) makes the bootstrap SD undefined:
-    t_boot reads it as no evidence (p = 1, no interval), not as p = 0; a set of resamples with none
-    finite is undecided by every interval instead of failing; a spread of exactly 0 still decides."""
+    """No statistics function turns an undefined or zero spread into a decision: an infinite
+    resample makes the bootstrap SD (t_boot) and the upper quantile (expanded) undefined; every
+    resample equal gives a spread of exactly 0; a set of resamples with none finite says nothing.
+    Each is no interval, p = 1; and `decide` reads an interval with an undefined end as undecided."""
     reps = np.array([[0.1, 0.3, np.inf, 0.2]])
-    for method in (stats.t_boot, stats.hull):
+    for method in (stats.t_boot, stats.expanded, stats.hull, stats.percentile):
         iv = method(reps, np.array([0.2]), 4, paired=True)
         assert iv.p_value[0] == 1.0 and np.isnan(iv.low[0]) and np.isnan(iv.high[0]), method.__name__
     for method in (stats.expanded, stats.t_boot, stats.hull):
         iv = method(np.empty((1, 0)), np.array([0.2]), 4, paired=True)
         assert iv.p_value[0] == 1.0 and np.isnan(iv.low[0]), method.__name__
-    assert stats.t_boot(np.full((1, 5), 0.2), np.array([0.2]), 4).p_value[0] == 0.0
+    for method in (stats.t_boot, stats.expanded, stats.hull, stats.percentile):  # a spread of exactly 0
+        iv = method(np.full((1, 5), 0.2), np.array([0.2]), 4)
+        assert iv.p_value[0] == 1.0 and np.isnan(iv.low[0]), method.__name__
     assert stats.t_boot(np.zeros((1, 5)), np.array([0.0]), 4).p_value[0] == 1.0
+    assert stats.decide(0.16, np.nan, 0.0, "faster", "slower") == "undecided"
+    assert stats.decide(np.nan, -0.1, 0.0, "faster", "slower") == "undecided"
+    assert stats.decide(0.16, 0.5, 0.0, "faster", "slower") == "faster"
+
+
+def test_a_level_at_the_first_evaluation_is_crossed_after_t_0_from_the_shared_start():
+    """The declared rule (docs/verdict.md, "Levels at t = 0"): both arms start at the same accuracy;
+    every level above it is crossed strictly after t = 0, interpolated from (0, start), whatever the
+    first evaluations do; the old fit of t = 0 with the rest could cross at t = 0 (an infinite speedup)."""
+    t = np.array([0.0, 1.0, 2.0, 3.0, 4.0])
+    base = np.array([[0.30, 0.20, 0.34, 0.40, 0.42]])    # dips below the start first: the old fit sank at t = 0
+    meth = np.array([[0.30, 0.38, 0.40, 0.44, 0.46]])
+    start, f_b, f_m = stats.anchored_fits(t, base, meth)
+    assert start[0] == 0.30 and f_b[0, 0] == f_m[0, 0] == 0.30
+    np.testing.assert_allclose(f_b[0, 1:], isotonic_regression(base[0, 1:]).x)
+    old_b = stats.isotonic_fits(base)
+    assert old_b[0, 0] < 0.30   # what made the lowest levels of the method's fit lie above them at t = 0
+    times = stats.profile_rule(t, base, meth, 0.9)
+    assert np.isfinite(times.t_baseline[0]) and np.isfinite(times.t_method[0]) and times.t_method[0] > 0
+    # brute force: the lowest level of the profile, by hand from the anchored curves
+    level = 0.30 + 0.1 * (min(f_b[0, 1:].max(), f_m[0, 1:].max()) - 0.30)
+    j = int(np.argmax(f_m[0] >= level))
+    expected = t[j - 1] + (level - f_m[0, j - 1]) / (f_m[0, j] - f_m[0, j - 1]) * (t[j] - t[j - 1])
+    assert stats.gain_rule(t, base, meth, 0.1).t_method[0] == pytest.approx(expected)
+    assert 0 < expected < t[1]
+    # every fit-based rule crosses after 0; no gain over the start: no target
+    for name, fraction in (("profile", 0.9), ("gain", 0.5), ("isotonic", 0.99)):
+        out = stats.TIME_RULES[name](t, base, meth, fraction)
+        assert out.t_baseline[0] > 0 and out.t_method[0] > 0, name
+    assert np.isnan(stats.gain_rule(t, np.full((1, 5), 0.3), np.array([[0.3, 0.2, 0.25, 0.3, 0.29]]), 0.5).target[0])
+    assert np.isnan(stats.fixed_rule(t, base, meth, 1.0, fixed=0.25).target[0])
+    assert stats.fixed_rule(t, base, meth, 1.0, fixed=0.39).t_method[0] == pytest.approx(1 + 0.01 / 0.02)
+
+
+def test_the_gain_profile_has_an_interval_when_resamples_start_above_a_level():
+    """The case that left the default study's arith_hard equal_update and the earlier confirmation's look 4
+    without an interval: seeds whose method curves start at the shared base and jump, baselines that dip
+    first. With the declared rule every resample's speedup is finite and t_boot gives an interval."""
+    rng = np.random.default_rng(3)
+    t = np.linspace(0, 160, 12)
+    curve = lambda top, rate: 0.3 + (top - 0.3) * (1 - np.exp(-t / rate))  # noqa: E731
+    base = np.clip(curve(0.36, 60) + rng.normal(0, 0.012, (6, 12)) * (t > 0), 0, 1)
+    base[:, 1] -= 0.03                                       # the baseline's first evaluation dips
+    meth = np.clip(curve(0.37, 10) + rng.normal(0, 0.012, (6, 12)) * (t > 0), 0, 1)
+    steps = np.full_like(base, np.nan)
+    record = verdict.compare(t, verdict.Arm(base, steps), verdict.Arm(meth, steps), endpoints=["gain_profile"],
+                             n_boot=400, paired=True)[0]
+    assert np.isfinite(record["ci_low"]) and np.isfinite(record["ci_high"]) and record["ci_low"] < record["ci_high"]
+    assert record["p_value"] < 1
 
 
 def test_welch_is_method_minus_baseline_with_scipys_interval():
@@ -305,6 +358,27 @@ def test_the_predictive_check_flags_a_model_that_underestimates_new_seeds():
     wide = calibration.predictive_summary(calibration.predictive_check(GRID, spread[::2]))
     assert calibration.predictive_summary(z)["held_out"] == 12 and wide["held_out"] == 6
     assert calibration.predictive_summary(calibration.predictive_check(GRID, spread))["rms_z"] > 0.8
+
+
+def test_the_predictive_check_passes_a_right_model_at_six_seeds():
+    """Seeds drawn from the model itself: the held-out z, read through Student's t on k - 2 degrees
+    of freedom, has RMS about 1 and the check passes; read against N(0, 1) (the check before) the
+    same z has RMS about sqrt(2) at six seeds, and a right model failed."""
+    t = np.linspace(0, 165, 12)
+    model = calibration.ArmModel(t, 0.3 + 0.3 * (1 - np.exp(-t / 40)), np.where(t > 0, 0.03, 0.0), 0.5, 0.5)
+    rng = np.random.default_rng(1)
+    new = np.concatenate([calibration.predictive_check(t, model.simulate(rng, 1, 6)[0], sims=1000, seed=i)
+                          for i in range(40)])
+    old = sps.t.ppf(sps.norm.cdf(new), 4)   # the same z before it was read through t on 4 df
+    assert 0.85 < calibration.predictive_summary(new)["rms_z"] < 1.15
+    assert calibration.predictive_summary(new)["p_value"] > 0.05
+    assert calibration.predictive_summary(old)["rms_z"] > 1.2 and calibration.predictive_summary(old)["p_value"] < 0.05
+
+
+def test_a_simulated_study_without_an_interval_is_a_miss_not_left_out():
+    interval = stats.Interval(np.array([-1.0, np.nan, 0.5, -1.0]), np.array([1.0, np.nan, 2.0, 1.0]), np.ones(4))
+    scored = calibration.score(np.array([0.1, np.nan, 1.0, 0.2]), interval, 0.0)
+    assert scored["defined"] == 0.75 and scored["coverage"] == 0.5 and scored["decide_up"] == 0.25
 
 
 def test_cli_calibrate_writes_its_table_and_refuses_bad_seed_counts(tmp_path, capsys):
