@@ -83,7 +83,9 @@ class TrainConfig:
         default=True, metadata={"help": "Divide advantages by the group std + 1e-4 (False: centre only, Dr. GRPO)."}
     )
     prompts_per_step: int = field(
-        default=8, metadata={"help": "Prompts per optimiser step (the paper's single-GPU runs use 1)."}
+        default=8, metadata={"help": "Prompts per optimiser step (the paper's single-GPU runs use 1); with "
+                                     "completion_allocation (CPPO) the update's size in groups of n, drawn from n / m "
+                                     "times as many prompts."}
     )
     rollouts_per_prompt: int | None = field(
         default=None,

@@ -52,7 +52,7 @@ class PromptFilter:
     without any generator state; `state_dict` holds the rest.
     """
 
-    SALT = 6_2177  # keeps these draws apart from the stream's own permutations ([seed, epoch])
+    SALT = 62177  # keeps these draws apart from the stream's own permutations ([seed, epoch])
 
     def __init__(self, size: int, seed: int, *, p_easy: float, p_hard: float, target_zero_variance: float,
                  p_step: float, p_min: float, p_max: float, keep_floor: float, correct_reward: float):
