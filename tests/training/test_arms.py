@@ -11,12 +11,12 @@ import yaml
 
 from helpers import config
 from pods.grpo import kept_advantages
-from pods.runs import read_jsonl
+from pods.runs import read_jsonl, read_run
 from pods.training.config import load_train_config, variant_settings
 from pods.training.groups import PromptFilter, PromptStream
 from pods.training.trainer import train
 from pods.training.update.torch_engine import TorchUpdateEngine
-from pods.vocabulary import parse_method, parse_run_path
+from pods.vocabulary import RUN_LAYOUT, parse_method, parse_run_path
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,12 +115,13 @@ def test_cppo_in_the_loop_draws_n_over_k_times_the_prompts_and_keeps_the_update_
     monkeypatch.setattr(PromptStream, "take", spy_take)
     monkeypatch.setattr(pods.training.trainer, "select", spy_select)
     monkeypatch.setattr(TorchUpdateEngine, "step", spy_step)
-    cfg = config(base, tmp_path / "run", "n=8", "m=2", "rule=max_abs_advantage", "completion_allocation=true",
+    cfg = config(base, tmp_path / RUN_LAYOUT, "n=8", "m=2", "rule=max_abs_advantage", "completion_allocation=true",
                  "normalize_over=all", "max_steps=3")
     assert cfg.method == "cppo-n8-m2"
     assert (cfg.prompts_drawn, cfg.rollouts_generated, cfg.rollouts_trained) == (16, 128, 32)
     train(cfg, progress_bar=False)
-    steps = read_jsonl(tmp_path / "run" / "steps.jsonl", finished=True)
+    assert read_run(cfg.output_dir()).summary["method"] == "cppo-n8-m2"  # the run files read back, checked
+    steps = read_jsonl(cfg.output_dir() / "steps.jsonl", finished=True)
     assert [(s["rollouts_generated"], s["rollouts_trained"]) for s in steps] == [(128, 32)] * 3
     assert drawn == [(0, 16), (16, 16), (32, 16)]  # 16 fresh prompts of the stream a step
     assert len(selected) == len(updates) == 3
@@ -223,6 +224,9 @@ def test_greso_in_the_loop_skips_recurring_flat_prompts_and_resumes_exactly(base
     straight = config(base, tmp_path / "straight", *GRESO, "max_steps=14")
     assert straight.method == "greso-n8-m8"
     train(straight, progress_bar=False)
+    checked = config(base, tmp_path / RUN_LAYOUT, *GRESO, "max_steps=2")
+    train(checked, progress_bar=False)
+    assert read_run(checked.output_dir()).summary["method"] == "greso-n8-m8"  # the run files read back, checked
     train(config(base, tmp_path / "resumed", *GRESO, "max_steps=5"), progress_bar=False)
     state = json.loads((tmp_path / "resumed" / "checkpoint" / "state.json").read_text())
     histories = state["state"]["progress"]["prompt_filter"]
