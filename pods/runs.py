@@ -93,20 +93,25 @@ class StepRecord(_StepFields, total=False):
     load_avg_1m: float              # the machine's 1-minute load average after the step
     generation_rounds: int          # dynamic sampling only: generation rounds the step took
     groups_dropped: int             # dynamic sampling only: groups generated but not trained
+    prompts_skipped: int            # GRESO only: prompts its pre-rollout filter skipped before generating
+    filter_p_easy: float            # GRESO only: its base probabilities after the step's adaptation
+    filter_p_hard: float
 
 
 def step_record(step: int, *, train_time_s: float, wall_time_s: float, phase_s: Mapping[str, float], step_s: float,
                 rollouts_generated: int, rollouts_trained: int, tokens_generated: int, tokens_trained: int,
                 reward_mean: float, zero_variance_frac: float, kept_zero_variance_frac: float, load_avg_1m: float,
                 metrics: Mapping[str, float], generation_rounds: int | None = None,
-                groups_dropped: int | None = None) -> StepRecord:
+                groups_dropped: int | None = None, prompt_filter: Mapping[str, float] | None = None) -> StepRecord:
     """One line of steps.jsonl, in the file's order, times rounded as the file keeps them.
 
     `phase_s` holds `<phase>_s` for each of STEP_PHASES; `metrics` is what the update engine
-    reports (loss, grad_norm, lr, ...); the dynamic-sampling fields are written only when given.
+    reports (loss, grad_norm, lr, ...); the dynamic-sampling fields are written only when given, and
+    GRESO's filter fields (`prompt_filter`: prompts_skipped, filter_p_easy, filter_p_hard) after them.
     """
     dynamic = {} if generation_rounds is None else {"generation_rounds": generation_rounds,
                                                      "groups_dropped": groups_dropped}
+    dynamic.update(prompt_filter or {})
     return StepRecord(
         step=step, train_time_s=round(train_time_s, 4), wall_time_s=round(wall_time_s, 4),
         **{key: round(seconds, 6) for key, seconds in phase_s.items()}, step_s=round(step_s, 6),

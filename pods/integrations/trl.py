@@ -5,6 +5,11 @@
     args = PODSGRPOConfig(..., num_generations=64, num_kept_generations=16, selection_rule="max_variance")
     trainer = PODSGRPOTrainer(model=..., reward_funcs=..., args=args, train_dataset=...)
 
+With `completion_allocation=True` (CPPO's dynamic completion allocation, and with
+`selection_rule="max_abs_advantage"`, `normalize_advantages_over="all"` CPPO itself),
+`per_device_train_batch_size` counts the completions each micro-step trains on instead, and n / m
+times as many are generated (`PODSGRPOConfig`).
+
 Everything else is TRL's `GRPOTrainer`, and every TRL field keeps its meaning: `num_generations`
 completions are sampled per prompt, and `per_device_train_batch_size`, `generation_batch_size`
 and `steps_per_generation` count generated completions. Each optimiser micro-step then trains on
@@ -109,6 +114,23 @@ class PODSGRPOConfig(GRPOConfig):
               so every `scale_rewards` and `multi_objective_aggregation` option applies.
             - `"all"`: all `num_generations` generated rewards. Needs `scale_rewards` `"group"` or `"none"` and
               `multi_objective_aggregation="sum_then_normalize"`.
+
+        > Parameters that control CPPO's dynamic completion allocation
+
+        completion_allocation (`bool`, *optional*, defaults to `False`):
+            CPPO's dynamic completion allocation ("CPPO: Accelerating the Training of Group Relative Policy
+            Optimization-Based Reasoning Models", arXiv 2503.22342): the update keeps its size and the slots that
+            keeping `num_kept_generations` of `num_generations` frees are filled with the completions of more prompts.
+            `per_device_train_batch_size` then counts the completions each micro-step trains on (as in CPPO's own
+            code), and the trainer generates `num_generations / num_kept_generations` times as many, for that many
+            times as many prompts: `per_device_train_batch_size` becomes `per_device_update_batch_size *
+            num_generations / num_kept_generations`, which must be whole. Needs `num_kept_generations <
+            num_generations`. CPPO itself is `selection_rule="max_abs_advantage"` (its `metric='smallest'` prunes the
+            smallest |advantage|), `normalize_advantages_over="all"` (its advantages are over the whole group) and
+            `completion_allocation=True`; its pruning rate is `1 - num_kept_generations / num_generations`.
+        per_device_update_batch_size (`int`, *optional*):
+            Set by `completion_allocation` from `per_device_train_batch_size` as given: the completions each
+            micro-step trains on. Given directly, it sets `per_device_train_batch_size` instead.
     """
 
     num_kept_generations: int | None = field(
@@ -133,7 +155,24 @@ class PODSGRPOConfig(GRPOConfig):
         },
     )
 
+    completion_allocation: bool = field(
+        default=False,
+        metadata={
+            "help": "CPPO's dynamic completion allocation: per_device_train_batch_size counts the completions each "
+            "micro-step trains on, and n / m times as many are generated, for n / m times as many prompts."
+        },
+    )
+    per_device_update_batch_size: int | None = field(
+        default=None,
+        metadata={"help": "With completion_allocation: the completions each micro-step trains on (set from "
+                          "per_device_train_batch_size when None)."},
+    )
+
     def __post_init__(self):
+        if self.completion_allocation:  # before TRL derives the generation batch from the micro-step's size
+            self._allocate_completions()
+        elif self.per_device_update_batch_size is not None:
+            raise ValueError("per_device_update_batch_size is completion_allocation's: set completion_allocation=True")
         super().__post_init__()  # resolves generation_batch_size and steps_per_generation first
         n, m = self.num_generations, self.num_kept_generations
         if self.selection_rule not in SELECTION_RULES:
@@ -176,6 +215,23 @@ class PODSGRPOConfig(GRPOConfig):
             if self.multi_objective_aggregation != "sum_then_normalize":
                 raise ValueError("normalize_advantages_over='all' needs multi_objective_aggregation="
                                  f"'sum_then_normalize', got {self.multi_objective_aggregation!r}")
+
+
+    def _allocate_completions(self) -> None:
+        """CPPO: the micro-step keeps `per_device_update_batch_size` completions of n / m times as many
+        generated. Idempotent: a config rebuilt from this one's fields (which hold both sizes) is the same."""
+        n, m = self.num_generations, self.num_kept_generations
+        if m is None or m >= n:
+            raise ValueError(f"completion_allocation needs num_kept_generations < num_generations (CPPO fills the "
+                             f"slots that pruning frees), got num_kept_generations={m}, num_generations={n}")
+        if self.per_device_update_batch_size is None:
+            self.per_device_update_batch_size = self.per_device_train_batch_size
+        kept = self.per_device_update_batch_size
+        if kept * n % m:
+            raise ValueError(f"completion_allocation: per_device_train_batch_size * num_generations / "
+                             f"num_kept_generations ({kept} * {n} / {m}) must be a whole number: the completions "
+                             "each micro-step generates for its update")
+        self.per_device_train_batch_size = kept * n // m
 
 
 class PODSGRPOTrainer(GRPOTrainer):

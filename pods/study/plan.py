@@ -27,6 +27,8 @@ from pods.study.hardware import HardwareProfile
 from pods.study.paths import StudyPaths
 from pods.study.run_configs import RunConfig, RunConfigs, format_overrides
 from pods.study.schema import PROTOCOL_FILE, PROTOCOL_KEYS, StudyError, load_schema, validate
+from pods.training.config import variant_settings
+from pods.vocabulary import parse_method
 
 
 def summary_or_empty(run_dir: str) -> dict:
@@ -126,7 +128,9 @@ class Study:
         settings its runs share (their overrides less what belongs to one run)."""
         methods = self.cost_groups()[(benchmark, hardware)]
         first = next(run for run in self.runs if (run.benchmark, run.hardware) == (benchmark, hardware))
-        shared = {k: v for k, v in self.run_config(first).overrides.items() if k not in self.RUN_ONLY}
+        decided = variant_settings(parse_method(first.method))  # a cppo- or greso- run's own keys
+        shared = {k: v for k, v in self.run_config(first).overrides.items()
+                  if k not in self.RUN_ONLY and k not in decided}
         argv = ["cost", "--no-progress", "--config", self.trainer_config, *format_overrides(shared),
                 "--methods", ",".join(methods), "--out", self.paths.step_cost_file(benchmark, hardware)]
         return f"{self.profile(hardware).launch_prefix()} {shlex.join(argv)}"

@@ -30,7 +30,7 @@ from pods.study.hardware import HardwareProfile
 from pods.study.paths import StudyPaths
 from pods.study.schema import StudyError
 from pods.training import hub
-from pods.training.config import TrainConfig, parse_value, read_config_file, resolve_train_config
+from pods.training.config import TrainConfig, parse_value, read_config_file, resolve_train_config, variant_settings
 from pods.training.warmstart_config import load_warmstart_config
 from pods.vocabulary import Arm, method_for, parse_method
 
@@ -71,7 +71,7 @@ class RunConfig:
         """The run as an arm of a comparison: its method, and the rollouts it generates per prompt
         (`rollouts_per_prompt: null` is one group of n)."""
         cfg = self.config
-        return Arm(method_for(cfg.n, cfg.m, cfg.rule, cfg.dynamic_sampling), cfg.groups_per_prompt * cfg.n)
+        return Arm(method_for(cfg.n, cfg.m, cfg.rule, cfg.dynamic_sampling, cfg.variant), cfg.groups_per_prompt * cfg.n)
 
 
 class RunConfigs:
@@ -105,8 +105,9 @@ class RunConfigs:
             rule=method.rule, seed=int(run.seed), base_model=self.paths.base_model_dir(run.benchmark),
             run_dir=self.paths.run_dir(run), hardware_dir=self.config["hardware_dir"],
         )
-        if method.dynamic:  # `dapo-...`: DAPO's dynamic sampling, part of the run's identity
+        if method.dynamic:  # `dapo-...`, `greso-...`: DAPO's dynamic sampling, part of the run's identity
             identity["dynamic_sampling"] = True
+        identity.update(variant_settings(method))  # `cppo-...`, `greso-...`: theirs (nothing for the others)
         if self.config.get("clock") == "cost":  # budgets in steps of the arm's measured cost
             identity["step_cost_file"] = self.paths.step_cost_file(run.benchmark, run.hardware)
         layers.append((f"the identity of run {self.paths.run_dir(run)}", identity))
@@ -117,6 +118,10 @@ class RunConfigs:
         if config.dynamic_sampling != method.dynamic:  # a layer set what the method name decides
             raise StudyError(f"run {self.paths.run_dir(run)}: a layer sets dynamic_sampling, which the method name "
                              f"{run.method!r} decides (dapo-...)")
+        for key, prefix in (("completion_allocation", "cppo"), ("pre_rollout_filter", "greso")):
+            if getattr(config, key) != (method.variant == prefix):
+                raise StudyError(f"run {self.paths.run_dir(run)}: a layer sets {key}, which the method name "
+                                 f"{run.method!r} decides ({prefix}-...)")
         return RunConfig(layers, needs, config)
 
     def _hub(self, run: Run, layers: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[list, dict | None]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from pods.vocabulary import RUN_LAYOUT, kept_rule, method_for
+from pods.vocabulary import CPPO_RULE, RUN_LAYOUT, Method, kept_rule, method_for
 
 # --- the training configuration ------------------------------------------------------------------
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -83,7 +83,9 @@ class TrainConfig:
         default=True, metadata={"help": "Divide advantages by the group std + 1e-4 (False: centre only, Dr. GRPO)."}
     )
     prompts_per_step: int = field(
-        default=8, metadata={"help": "Prompts per optimiser step (the paper's single-GPU runs use 1)."}
+        default=8, metadata={"help": "Prompts per optimiser step (the paper's single-GPU runs use 1); with "
+                                     "completion_allocation (CPPO) the update's size in groups of n, drawn from n / m "
+                                     "times as many prompts."}
     )
     rollouts_per_prompt: int | None = field(
         default=None,
@@ -185,6 +187,60 @@ class TrainConfig:
         default=4,
         metadata={"help": "dynamic_sampling: generation rounds per step at most; the step then trains on the "
                           "informative groups it has (on the last round's when none was)."},
+    )
+
+    # ---- CPPO's dynamic completion allocation (the method name's `cppo-` prefix sets it; docs/field.md)
+    completion_allocation: bool = field(
+        default=False,
+        metadata={"help": "CPPO (arXiv 2503.22342): the update keeps the size of prompts_per_step groups of n "
+                          "(prompts_per_step * n rollouts) and the slots that keeping m of n frees go to more "
+                          "prompts: a step draws prompts_per_step * n / m prompts, generates n for each and trains "
+                          "the m of each with the largest |advantage| (rule max_abs_advantage, advantages over all "
+                          "n: normalize_over all). CPPO's pruning rate P is 1 - m / n; its code's `allocation=True`, "
+                          "`metric='smallest'` (prune the smallest |advantage|). prompts_per_step * n must be a "
+                          "multiple of m. One group per prompt (rollouts_per_prompt null), no dynamic_sampling."},
+    )
+
+    # ---- GRESO's pre-rollout filter (the method name's `greso-` prefix sets it, with dynamic_sampling)
+    pre_rollout_filter: bool = field(
+        default=False,
+        metadata={"help": "GRESO (arXiv 2506.02177) on top of dynamic_sampling: before generating, each prompt the "
+                          "stream draws is skipped with probability 1 - max(p ** z, filter_keep_floor), z its "
+                          "latest consecutive groups that were all correct (p = filter_p_easy) or all wrong "
+                          "(p = filter_p_hard); skipped prompts are replaced by the next ones of the stream, and "
+                          "dynamic sampling then fills the step with informative groups. Each prompt's history is "
+                          "part of the checkpoint. One group per prompt (rollouts_per_prompt null)."},
+    )
+    filter_p_easy: float = field(
+        default=0.5,
+        metadata={"help": "pre_rollout_filter: the starting base probability p of prompts whose latest groups were "
+                          "all correct (GRESO's p_easy 0.5); adapted after every step once the stream is past its "
+                          "first epoch (filter_target_zero_variance)."},
+    )
+    filter_p_hard: float = field(
+        default=0.5, metadata={"help": "pre_rollout_filter: the same for all-wrong groups (GRESO's p_hard 0.5)."}
+    )
+    filter_target_zero_variance: float = field(
+        default=0.25,
+        metadata={"help": "pre_rollout_filter: GRESO's target share of generated groups that are all correct or all "
+                          "wrong: a third of it for all-correct, two thirds for all-wrong. After a step whose "
+                          "generated groups exceed a target, that p falls by filter_p_step (more skipping), "
+                          "otherwise it rises, within [filter_p_min, filter_p_max]."},
+    )
+    filter_p_step: float = field(default=0.01,
+                                 metadata={"help": "pre_rollout_filter: GRESO's adaptation step of p (0.01)."})
+    filter_p_min: float = field(default=0.05, metadata={"help": "pre_rollout_filter: lowest p (GRESO's min_p 0.05)."})
+    filter_p_max: float = field(default=0.95, metadata={"help": "pre_rollout_filter: highest p (GRESO's max_p 0.95)."})
+    filter_keep_floor: float = field(
+        default=0.01,
+        metadata={"help": "pre_rollout_filter: the exploration floor: every prompt is generated with probability at "
+                          "least this, however long its zero-variance history (GRESO's 0.01)."},
+    )
+    filter_correct_reward: float = field(
+        default=1.0,
+        metadata={"help": "pre_rollout_filter: a completion is correct when its reward is at least this (every task "
+                          "of the package scores a correct answer 1.0); a group is all correct when each of its n "
+                          "is, all wrong when none is."},
     )
 
     # ---- live tracking (pods.training.tracking): process 0 sends every step record and evaluation as it is written
@@ -302,16 +358,28 @@ class TrainConfig:
     # ---- derived values
     @property
     def method(self) -> str:
-        return method_for(self.n, self.m, self.rule, self.dynamic_sampling).name
+        return method_for(self.n, self.m, self.rule, self.dynamic_sampling, self.variant).name
+
+    @property
+    def variant(self) -> str:
+        """The method variant these fields make (`pods.vocabulary.VARIANTS`): `cppo` with
+        completion_allocation, `greso` with pre_rollout_filter, "" otherwise."""
+        return "cppo" if self.completion_allocation else "greso" if self.pre_rollout_filter else ""
 
     @property
     def groups_per_prompt(self) -> int:
         return 1 if self.rollouts_per_prompt is None else self.rollouts_per_prompt // self.n
 
     @property
+    def prompts_drawn(self) -> int:
+        """Prompts a step generates for (before any dynamic-sampling refill): prompts_per_step, and
+        with completion_allocation (CPPO) prompts_per_step * n / m."""
+        return self.prompts_per_step * self.n // self.m if self.completion_allocation else self.prompts_per_step
+
+    @property
     def groups_per_step(self) -> int:
         """Groups of n rollouts per optimiser step (each selected and normalised on its own)."""
-        return self.prompts_per_step * self.groups_per_prompt
+        return self.prompts_drawn * self.groups_per_prompt
 
     @property
     def grad_accum(self) -> int:
@@ -385,6 +453,28 @@ class TrainConfig:
         need(not (self.dynamic_sampling and self.update_engine == "deepspeed"), "dynamic_sampling",
              "runs on one process (update_engine torch or lora), not with deepspeed")
         choice("normalize_over", NORMALIZE_OVER)
+        if self.completion_allocation:  # CPPO (docs/field.md)
+            need(self.rule == CPPO_RULE and self.m < self.n, "completion_allocation",
+                 f"is CPPO's: it keeps m < n by rule {CPPO_RULE!r} (rule {self.rule!r}, n={self.n}, m={self.m})")
+            need(self.normalize_over == "all", "normalize_over",
+                 "must be 'all' with completion_allocation (CPPO's advantages are over all n, before pruning)")
+            need(self.prompts_per_step * self.n % self.m == 0, "prompts_per_step",
+                 f"times n must be a multiple of m with completion_allocation (the step draws prompts_per_step * "
+                 f"n / m prompts; n={self.n}, m={self.m})")
+            need(not self.dynamic_sampling and not self.pre_rollout_filter, "completion_allocation",
+                 "is CPPO's alone: not with dynamic_sampling or pre_rollout_filter")
+        if self.pre_rollout_filter:  # GRESO (docs/field.md)
+            need(self.dynamic_sampling, "pre_rollout_filter",
+                 "is GRESO's filter on top of DAPO's dynamic sampling: it needs dynamic_sampling true")
+            for key in ("filter_p_easy", "filter_p_hard", "filter_target_zero_variance", "filter_p_min",
+                        "filter_p_max", "filter_keep_floor", "filter_p_step"):
+                need(0 <= getattr(self, key) <= 1, key, "must be in [0, 1]")
+            need(self.filter_keep_floor > 0, "filter_keep_floor", "must be > 0 (every prompt keeps a chance)")
+            need(self.filter_p_min <= self.filter_p_max, "filter_p_min", f"must be <= filter_p_max "
+                                                                         f"({self.filter_p_max})")
+        need(not ((self.completion_allocation or self.pre_rollout_filter) and self.rollouts_per_prompt is not None),
+             "rollouts_per_prompt", "must be null with completion_allocation or pre_rollout_filter (one group "
+                                    "per prompt)")
         choice("loss_agg", LOSS_AGGREGATIONS)
         choice("rollout_engine", ROLLOUT_ENGINES)
         choice("update_engine", UPDATE_ENGINES)
@@ -445,6 +535,17 @@ class ConfigError(ValueError):
     def __init__(self, key: str, message: str):
         super().__init__(message)
         self.key = key
+
+
+def variant_settings(method: Method) -> dict[str, Any]:
+    """The TrainConfig keys a method name decides beyond n, m, rule and dynamic_sampling: for
+    `cppo-` completion_allocation and CPPO's normalisation over all n, for `greso-` the filter;
+    nothing for GRPO, PODS and DAPO (a run's identity, `pods.study.run_configs`; `pods cost`)."""
+    if method.variant == "cppo":
+        return {"completion_allocation": True, "normalize_over": "all"}
+    if method.variant == "greso":
+        return {"pre_rollout_filter": True}
+    return {}
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}

@@ -40,7 +40,7 @@ def measure(base: dict, methods: Sequence[str], rounds: int = 4, steps: int = 6,
     import torch
     from tqdm import tqdm
 
-    from pods.training.config import load_train_config
+    from pods.training.config import load_train_config, variant_settings
     from pods.training.trainer import train
 
     if rounds < 2 or steps < 1 or warmup < 0:
@@ -50,7 +50,7 @@ def measure(base: dict, methods: Sequence[str], rounds: int = 4, steps: int = 6,
     timed: dict[str, list[list[dict]]] = {name: [] for name in methods}
     with tempfile.TemporaryDirectory() as tmp:
         configs = {name: load_train_config(None, {
-            **base, "n": m.n, "m": m.m, "rule": m.rule, "dynamic_sampling": m.dynamic,
+            **base, "n": m.n, "m": m.m, "rule": m.rule, "dynamic_sampling": m.dynamic, **variant_settings(m),
             "run_dir": str(Path(tmp) / name), "max_steps": warmup + steps, "max_train_time_s": None,
             "eval_every_s": None, "eval_every_steps": None, "checkpoint_every_s": 1e9, "report_to": [],
             "eval_items": 8,   # the start and end evaluations are off the clock; keep them short

@@ -66,6 +66,7 @@ class Progress:
     last_eval_step: int = -1
     eval_s: float = 0.0  # seconds spent evaluating, off the training clock
     checkpoint_s: float = 0.0  # seconds spent checkpointing, off the training clock
+    prompt_filter: dict | None = None  # GRESO's per-prompt histories (PromptFilter.state_dict); None: no filter
 
 
 def budget_spent(cfg: TrainConfig, step: int, train_s: float) -> bool:
@@ -184,7 +185,9 @@ class RunDirectory:
     def checkpoint(self, updater, progress: Progress, status: str = "running") -> dict | None:
         """Save every process's trainer state, then (process 0) summary.json with `status`."""
         engine = updater.state_dict()  # collective for a multi-process engine
-        ckpt.save(self.path / CHECKPOINT, {"engine": engine, "progress": vars(progress), "rng": rng_state()},
+        saved = {key: value for key, value in vars(progress).items()  # no filter: the state of before it existed
+                 if key != "prompt_filter" or value is not None}
+        ckpt.save(self.path / CHECKPOINT, {"engine": engine, "progress": saved, "rng": rng_state()},
                   suffix=checkpoint_suffix(), library_files=updater.checkpoint_files(engine))
         barrier()
         self.checkpoint_step = progress.step

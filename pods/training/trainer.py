@@ -33,7 +33,7 @@ from pods.training.config import TrainConfig, config_help, load_train_config
 from pods.training.cost_clock import on_cost_clock
 from pods.training.distributed import all_sum, gather_batch, world
 from pods.training.evaluation import EvalSet, evaluate
-from pods.training.groups import PromptStream, dynamic_sample, kept_rows, score, zero_variance_frac
+from pods.training.groups import PromptFilter, PromptStream, dynamic_sample, kept_rows, score, zero_variance_frac
 from pods.training.rollout import make_rollout_engine
 from pods.training.rollout.base import RolloutEngine, encode_prompts
 from pods.training.rundir import Progress, RunDirectory, budget_spent, set_rng_state
@@ -52,8 +52,9 @@ def train_step(cfg: TrainConfig, parts: Parts, step: int, clock: TrainClock, tim
     Returns the step record (a line of steps.jsonl: docs/contracts.md).
     """
     step_start, made = clock.train, Generated()
-    # 1. n rollouts per prompt, each prompt prefilled once (each process: its share of prompts), scored
-    rollouts, rewards, problems = generate_and_score(cfg, parts, cfg.prompts_per_step, timer, made)
+    # 1. n rollouts per prompt, each prompt prefilled once (each process: its share of prompts), scored;
+    # CPPO draws prompts_per_step * n / m prompts (cfg.prompts_drawn), GRESO skips some first (its filter)
+    rollouts, rewards, problems = generate_and_score(cfg, parts, cfg.prompts_drawn, timer, made)
     rounds = 1
     if cfg.dynamic_sampling:  # DAPO: flat groups dropped, fresh prompts until the step is full
         rollouts, rewards, problems, rounds = dynamic_sample(
@@ -80,6 +81,9 @@ def train_step(cfg: TrainConfig, parts: Parts, step: int, clock: TrainClock, tim
 
     # 4. the step record (a line of steps.jsonl), its counts summed over the processes
     counts = made.counts(batch, torch.gather(rewards, 1, kept), rounds if cfg.dynamic_sampling else None)
+    if parts.prompt_filter is not None:  # GRESO: its skips and its adapted probabilities
+        position = parts.prompts.position
+        counts["prompt_filter"] = parts.prompt_filter.end_step((position - 1) // len(parts.prompts.problems))
     return step_record(step, train_time_s=clock.train, wall_time_s=clock.wall, phase_s=timer.lap(),
                        step_s=clock.train - step_start, **counts, metrics=metrics,
                        load_avg_1m=os.getloadavg()[0])  # runs that share the machine slow each other's clocks
@@ -97,6 +101,7 @@ class Parts:
     prompts: PromptStream
     rank: int = 0
     size: int = 1
+    prompt_filter: PromptFilter | None = None  # GRESO's (pre_rollout_filter), None for every other method
 
 
 @dataclass
@@ -129,13 +134,16 @@ def generate_and_score(cfg: TrainConfig, parts: Parts, k: int, timer: PhaseTimer
                        made: Generated) -> tuple[Rollouts, torch.Tensor, list]:
     """The groups of `k` fresh prompts (this process's share): generated, then scored."""
     with timer("generate"):
-        problems = [p for p in parts.prompts.take(k)[parts.rank::parts.size] for _ in range(cfg.groups_per_prompt)]
+        drawn = parts.prompts.take(k) if parts.prompt_filter is None else parts.prompt_filter.take(parts.prompts, k)
+        problems = [p for p in drawn[parts.rank::parts.size] for _ in range(cfg.groups_per_prompt)]
         prompt_ids = encode_prompts(parts.tokenizer, [parts.task.render_prompt(p, parts.tokenizer) for p in problems])
         parts.sampler.sync_weights(parts.updater.policy)
         rollouts = parts.sampler.generate(prompt_ids, cfg.n, temperature=cfg.temperature,
                                           max_new_tokens=cfg.max_new_tokens)
     with timer("reward"):
         rewards = score(parts.task, parts.tokenizer, rollouts, problems)
+        if parts.prompt_filter is not None:  # GRESO: every generated group joins its prompt's history
+            parts.prompt_filter.record(rewards)
     made.rollouts += len(rollouts)
     made.tokens += rollouts.num_tokens
     made.reward_sum += rewards.sum().item()
@@ -234,6 +242,8 @@ def start(cfg: TrainConfig, run: RunDirectory) -> tuple[Parts, Progress, TrainCl
     parts = build_parts(cfg)
     state, saved_rng = run.open(parts.updater, startup_line(cfg))
     parts.prompts.position = state.data_position
+    if parts.prompt_filter is not None and state.prompt_filter is not None:  # GRESO's histories, resumed
+        parts.prompt_filter.load_state_dict(state.prompt_filter)
     clock, timer = TrainClock(state.train_s, state.wall_s), PhaseTimer()
     if saved_rng is None:
         random.seed(cfg.seed)
@@ -293,6 +303,8 @@ def checkpoint(run: RunDirectory, parts: Parts, state: Progress, clock: TrainClo
     """Save the run off the training clock; returns the summary (process 0)."""
     with clock.paused(), timer("checkpoint"):
         state.train_s, state.wall_s, state.data_position = clock.train, clock.wall, parts.prompts.position
+        if parts.prompt_filter is not None:
+            state.prompt_filter = parts.prompt_filter.state_dict()
         summary = run.checkpoint(parts.updater, state, status)
     state.checkpoint_s += timer.take("checkpoint")  # counted from the next checkpoint on
     return summary
@@ -360,16 +372,26 @@ def build_parts(cfg: TrainConfig) -> Parts:
     updater = make_update_engine(cfg.update_engine, model=model, config=cfg)
     sampler = make_rollout_engine(cfg.rollout_engine, model=updater.policy, tokenizer=tokenizer, config=cfg)
     rank, size = world()  # after the update engine, which starts torch.distributed if it needs it
-    if cfg.prompts_per_step % size:
-        raise ValueError(f"config key 'prompts_per_step': {cfg.prompts_per_step} does not split over {size} processes")
+    if cfg.prompts_drawn % size:
+        raise ValueError(f"config key 'prompts_per_step': {cfg.prompts_drawn} prompts per step do not split over "
+                         f"{size} processes")
+    prompts = PromptStream(task.train_problems(cfg.seed), cfg.seed)
+    prompt_filter = None
+    if cfg.pre_rollout_filter:
+        prompt_filter = PromptFilter(
+            len(prompts.problems), cfg.seed, p_easy=cfg.filter_p_easy, p_hard=cfg.filter_p_hard,
+            target_zero_variance=cfg.filter_target_zero_variance, p_step=cfg.filter_p_step, p_min=cfg.filter_p_min,
+            p_max=cfg.filter_p_max, keep_floor=cfg.filter_keep_floor, correct_reward=cfg.filter_correct_reward)
     return Parts(task, tokenizer, updater, sampler, EvalSet.build(task, tokenizer, cfg.eval_items),
-                 PromptStream(task.train_problems(cfg.seed), cfg.seed), rank, size)
+                 prompts, rank, size, prompt_filter)
 
 
 def startup_line(cfg: TrainConfig) -> str:
     return (
         f"{cfg.method} on {cfg.benchmark} (seed {cfg.seed}): "
-        f"prompts/step {cfg.prompts_per_step}"
+        f"prompts/step {cfg.prompts_drawn}"
+        + (f" (CPPO: {cfg.prompts_per_step} x n/m)" if cfg.completion_allocation else "")
+        + (" (GRESO's pre-rollout filter)" if cfg.pre_rollout_filter else "")
         + (f" x {cfg.groups_per_prompt} groups" if cfg.groups_per_prompt > 1 else "")
         + f" | rollouts generated/step {cfg.rollouts_generated} (n={cfg.n}) | "
         f"rollouts trained/step {cfg.rollouts_trained} (m={cfg.m}, rule {cfg.rule}) | "

@@ -119,6 +119,34 @@ def test_advantages_normalised_over_all_generated(base, tmp_path):
     assert not torch.allclose(expected, kept_advantages(rewards, kept).flatten().float())  # the option matters
 
 
+def test_cppo_keeps_the_update_size_and_fills_it_with_more_prompts(base, tmp_path):
+    """CPPO (completion_allocation, max_abs_advantage, advantages over all n): a micro-step of 4 kept
+    completions generates 4 * 8 / 2 = 16, two prompts of 8 instead of half a prompt, and keeps the 2 of
+    each with the largest |advantage|."""
+    reward = RecordingReward()
+    trainer = make_trainer(base, tmp_path, reward=reward, per_device_train_batch_size=4, num_kept_generations=2,
+                           selection_rule="max_abs_advantage", normalize_advantages_over="all",
+                           completion_allocation=True)
+    args = trainer.args
+    assert (args.per_device_update_batch_size, args.per_device_train_batch_size, args.generation_batch_size) == (4, 16,
+                                                                                                               16)
+    args._allocate_completions()  # again (a config rebuilt from its fields): not scaled twice
+    assert (args.per_device_update_batch_size, args.per_device_train_batch_size) == (4, 16)
+    batch = first_generation_batch(trainer)
+    assert len(batch) == 16 and len({x["prompt"] for x in batch}) == 2
+    output = trainer._generate_and_score_completions(batch)
+    rewards, kept, ids = expected_kept(reward, 2, "max_abs_advantage")
+    assert len(reward.rewards) == 16 and kept_rows(output) == ids and len(ids) == 4  # the update's size
+    distance = (rewards - rewards.mean(dim=1, keepdim=True)).abs()
+    for g in range(len(kept)):  # every kept |advantage| at least every pruned one: CPPO's rule
+        pruned = [j for j in range(N) if j not in kept[g].tolist()]
+        assert distance[g, kept[g]].min() >= distance[g, pruned].max()
+    torch.testing.assert_close(output["advantages"],
+                               kept_advantages(rewards, kept, normalize_over="all").flatten().float())
+    trainer.train()  # and TRL's own loop trains on it
+    assert trainer.state.global_step == 1
+
+
 def test_logged_columns_follow_the_kept_completions(base, tmp_path):
     """A reward function's `log_extra` column reaches TRL's completions table for the kept rows only."""
     reward = RecordingReward()
@@ -275,6 +303,11 @@ def test_two_processes_keep_their_slice_of_one_selection(base, tmp_path):
     ({"num_kept_generations": 4, "normalize_advantages_over": "all", "scale_rewards": "batch"}, "scale_rewards"),
     ({"num_kept_generations": 4, "normalize_advantages_over": "all",
       "multi_objective_aggregation": "normalize_then_sum"}, "multi_objective_aggregation"),
+    ({"completion_allocation": True}, "completion_allocation needs num_kept_generations < num_generations"),
+    ({"completion_allocation": True, "num_kept_generations": N}, "num_kept_generations < num_generations"),
+    ({"completion_allocation": True, "num_kept_generations": 3, "per_device_train_batch_size": 1},
+     r"\(1 \* 8 / 3\) must be a whole number"),
+    ({"per_device_update_batch_size": 4}, "set completion_allocation=True"),
 ])
 def test_config_errors_name_the_problem(overrides, message, tmp_path):
     settings = dict(output_dir=str(tmp_path), num_generations=N, per_device_train_batch_size=N, use_cpu=True,
@@ -357,4 +390,5 @@ def test_trl_internals_relied_on_are_unchanged():
     assert {"self._pending_extra_logs", "self._logs", "self.reward_weights", "self.num_generations"} <= assigned
     # and no field of ours shadows one of TRL's
     ours = {f.name for f in dataclasses.fields(PODSGRPOConfig)} - {f.name for f in dataclasses.fields(GRPOConfig)}
-    assert ours == {"num_kept_generations", "selection_rule", "normalize_advantages_over"}
+    assert ours == {"num_kept_generations", "selection_rule", "normalize_advantages_over", "completion_allocation",
+                    "per_device_update_batch_size"}

@@ -287,10 +287,13 @@ def test_the_committed_runs_are_what_the_study_resolves_now(layer):
     fails here, and the runs must be regenerated."""
     # keys added after these runs were trained whose defaults leave training as it was: where a run
     # reports, DAPO's dynamic sampling (off unless the method is `dapo-...`), the compiled update (off),
-    # the cost clock (off without a step-cost file) and where the hardware profiles are read (the name
-    # is checked and the profile recorded; nothing trains otherwise)
+    # the cost clock (off without a step-cost file), where the hardware profiles are read (the name
+    # is checked and the profile recorded; nothing trains otherwise), CPPO's allocation and GRESO's
+    # filter (off unless the method is `cppo-...` / `greso-...`)
     added = {"report_to", "dynamic_sampling", "max_generation_rounds", "compile_update", "step_cost_file",
-             "step_cost_s", "step_cost_se", "hardware_dir"}
+             "step_cost_s", "step_cost_se", "hardware_dir", "completion_allocation", "pre_rollout_filter",
+             "filter_p_easy", "filter_p_hard", "filter_target_zero_variance", "filter_p_step", "filter_p_min",
+             "filter_p_max", "filter_keep_floor", "filter_correct_reward"}
     # keys added later whose default changes training: a run trained before them ran as the value
     # here, which its study must therefore pin (`train` of config/ablations.yaml, alternatives.yaml,
     # decide.yaml)
@@ -378,6 +381,31 @@ def test_dapo_arms_are_named_by_their_method_and_dynamic_sampling_follows_the_na
     # nor can a DAPO arm run under DeepSpeed
     with pytest.raises(StudyError, match=r"dynamic_sampling': runs on one process"):
         study(comparisons=comparisons, seeds=[0], train={"update_engine": "deepspeed"})
+
+
+def test_the_field_study_resolves_cppo_and_greso_by_their_names():
+    """config/field.yaml (a draft): CPPO draws 4x the prompts and trains GRPO n = 16's update, GRESO is
+    DAPO with the filter; a layer may not set what a name decides; the step-cost job's shared keys are
+    not a cppo run's own."""
+    s = study("config/field.yaml")
+    assert {run.method for run in s.runs} == {"grpo-n16-m16", "pods-max_variance-n64-m16", "cppo-n16-m4",
+                                              "dapo-n16-m16", "greso-n16-m16", "dapo-max_variance-n64-m16"}
+    configs = {run.method: s.run_configs[run].config for run in s.runs if run.seed == 0 and run.benchmark == "arith"}
+    cppo, grpo, pods = configs["cppo-n16-m4"], configs["grpo-n16-m16"], configs["pods-max_variance-n64-m16"]
+    assert (cppo.completion_allocation, cppo.normalize_over, cppo.rule) == (True, "all", "max_abs_advantage")
+    assert (cppo.prompts_drawn, cppo.rollouts_trained, cppo.rollouts_generated) == (32, grpo.rollouts_trained,
+                                                                                   pods.rollouts_generated)
+    assert configs["greso-n16-m16"].pre_rollout_filter and configs["greso-n16-m16"].dynamic_sampling
+    assert not any(c.completion_allocation or c.pre_rollout_filter for m, c in configs.items()
+                   if m not in ("cppo-n16-m4", "greso-n16-m16"))
+    shared = command_overrides(s.step_cost_command("arith", "cpu"))
+    assert not any(o.startswith(("completion_allocation", "normalize_over", "pre_rollout_filter")) for o in shared)
+    with pytest.raises(StudyError, match="config key 'completion_allocation': is CPPO's.*set in the study's train"):
+        study("config/field.yaml", train={"completion_allocation": True, "normalize_over": "all"})
+    dapo_only = [{"name": "x", "design": "equal_update", "benchmarks": ["arith"], "hardware": ["cpu"],
+                  "baseline": "dapo-n16-m16", "methods": ["dapo-max_variance-n64-m16"]}]
+    with pytest.raises(StudyError, match="a layer sets pre_rollout_filter, which the method name 'dapo-"):
+        study(comparisons=dapo_only, seeds=[0], train={"pre_rollout_filter": True})
 
 
 # --------------------------------------------------------------------------------------------

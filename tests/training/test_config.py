@@ -20,7 +20,7 @@ def test_yaml_then_overrides(tmp_path):
     assert cfg.weight_decay == 0.01  # YAML 1.1 reads 1e-2 as a string; a float field takes it
     assert (cfg.n, cfg.m, cfg.rule, cfg.seed, cfg.lr, cfg.max_steps) == (64, 16, "random", 3, 3e-5, 10)
     assert cfg.eval_every_s is None
-    assert parse_method(cfg.method) == ("random", 64, 16, False)
+    assert parse_method(cfg.method) == ("random", 64, 16, False, "")
     assert cfg.rollouts_generated == 8 * 64 and cfg.rollouts_trained == 8 * 16
     assert cfg.grad_accum == 4  # ceil(8 * 16 / 32)
 

@@ -55,3 +55,17 @@ def test_a_run_on_the_cost_clock_trains_its_steps_and_logs_both_clocks(base, tmp
         on_cost_clock(config(base, tmp_path / "other", "n=4", "m=4", "max_train_time_s=1", f"step_cost_file={costs}"))
     with pytest.raises(ValueError, match="not a `pods cost` file"):
         read_step_costs(tmp_path / "run" / "evals.jsonl")
+
+
+def test_pods_cost_measures_cppo_and_greso_as_their_runs_train(base, tmp_path):
+    """`pods cost` sets what a cppo- or greso- name decides (pods.training.config.variant_settings):
+    CPPO's step draws n / k times the prompts and trains the update of GRPO n = 8, GRESO's is DAPO's
+    with the filter, whose fields its steps log."""
+    out = tmp_path / "cost.json"
+    assert cli.main(["cost", "--no-progress", "benchmark=first_digit", f"base_model={base}", "prompts_per_step=2",
+                     "max_new_tokens=4", "--methods", "grpo-n8-m8,cppo-n8-m2,greso-n8-m8", "--rounds", "2",
+                     "--steps", "2", "--warmup", "1", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())["methods"]
+    assert set(data) == {"grpo-n8-m8", "cppo-n8-m2", "greso-n8-m8"} and all(v["s_per_step"] > 0 for v in data.values())
+    # CPPO generates 4x GRPO's rollouts (8 prompts x 8) for GRPO's update (8 x 2 = 2 x 8)
+    assert data["cppo-n8-m2"]["tokens_generated_per_step"] > 2 * data["grpo-n8-m8"]["tokens_generated_per_step"]
