@@ -152,7 +152,8 @@ def fit_pairing(pairs: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> float
         k = len(base)
         if k < 3 or len(meth) != k:
             continue
-        r = np.corrcoef(seed_residuals(t, base), seed_residuals(t, meth))[0, 1]
+        with np.errstate(invalid="ignore", divide="ignore"):  # a constant residual: no correlation to read
+            r = np.corrcoef(seed_residuals(t, base), seed_residuals(t, meth))[0, 1]
         if not np.isfinite(r):
             continue
         w = max(k - 3, 1)
@@ -432,7 +433,8 @@ def report(table: pd.DataFrame, comparisons: list[dict], seeds: int) -> str:
             r = row.iloc[0]
             cells = [f"{chosen or 'none meets the rule'}", f"{int(r.studies)}", f"{r.defined_min:.3f}",
                      f"{r.coverage_min:.3f}-{r.coverage_max:.3f}", f"{r.false_side_max:.3f}"]
-        lines.append(f"| {e.name} | {effect:g} | " + " | ".join(cells) + f" | {np.nanmedian(powers):.2f} |")
+        power = float(np.median(np.array(powers)[np.isfinite(powers)])) if np.isfinite(powers).any() else math.nan
+        lines.append(f"| {e.name} | {effect:g} | " + " | ".join(cells) + f" | {power:.2f} |")
     z = np.concatenate([predictive_check(c["t"], arm) for c in comparisons for arm in (c["base"], c["meth"])]
                        or [np.array([])])
     check = predictive_summary(z)
@@ -472,10 +474,11 @@ def apriori_power_at(comp: dict, e: verdict.Endpoint, seeds: int) -> float:
 
 
 def calibration_markdown(table: pd.DataFrame) -> str:
-    """Per endpoint and interval method, at each seed count: coverage (fitted | identical), the
-    false-decision rates per side under identical arms, power and the median estimate vs truth."""
-    lines = ["| comparison | endpoint | interval | seeds | truth | median est. | coverage (fitted) | "
-             "coverage (identical) | false up | false down | power |", "|" + "---|" * 11]
+    """Per endpoint and interval method, at each seed count: the share of simulated studies with an
+    interval, coverage (fitted | identical; a missing interval is a miss), the false-decision rates
+    per side under identical arms, power and the median estimate vs truth."""
+    lines = ["| comparison | endpoint | interval | seeds | truth | median est. | with an interval | "
+             "coverage (fitted) | coverage (identical) | false up | false down | power |", "|" + "---|" * 12]
     fitted = table[table["scenario"] == "fitted"].set_index(["comparison", "endpoint", "interval_method", "seeds"])
     null = table[table["scenario"] == "identical"].set_index(["comparison", "endpoint", "interval_method", "seeds"])
     f = lambda v, d=3: "" if v is None or (isinstance(v,
@@ -483,7 +486,8 @@ def calibration_markdown(table: pd.DataFrame) -> str:
     for key, r in fitted.iterrows():
         n = null.loc[key] if key in null.index else None
         lines.append("| " + " | ".join([
-            key[0], key[1], key[2], str(key[3]), f(r["truth"]), f(r["median_estimate"]), f(r["coverage"]),
+            key[0], key[1], key[2], str(key[3]), f(r["truth"]), f(r["median_estimate"]), f(r.get("defined")),
+            f(r["coverage"]),
             f(n["coverage"]) if n is not None else "", f(n["decide_up"]) if n is not None else "",
             f(n["decide_down"]) if n is not None else "", f(r["power"])]) + " |")
     return "\n".join(lines) + "\n"

@@ -41,8 +41,9 @@ def summary_or_empty(run_dir: str) -> dict:
 
 def check_protocol(config: Mapping, protocol_file: Path = PROTOCOL_FILE) -> None:
     """A study that keeps the protocol's name (config/protocol.yaml) trains and times its runs as
-    the protocol says: the same trainer, kernels, clock, step costs and budget (`train` exactly the
-    protocol's), and its comparisons paired by seed. One that needs another protocol names its own
+    the protocol says: the same trainer, kernels, clock and budget (`train` exactly the protocol's),
+    the protocol's step costs or costs of its own measured the same way (`step_costs: null`, for arms
+    the protocol's file lacks), and its comparisons paired by seed. One that needs another protocol names its own
     (`protocol: ...`). Checked before any job exists."""
     if not protocol_file.is_file():
         return
@@ -51,6 +52,8 @@ def check_protocol(config: Mapping, protocol_file: Path = PROTOCOL_FILE) -> None
         return
     name = protocol["protocol"]
     for key in PROTOCOL_KEYS:
+        if key == "step_costs" and config.get(key) is None:
+            continue  # arms the protocol's cost file lacks: all of the study's measured alone, as it was
         if key in protocol and config.get(key) != protocol[key]:
             raise StudyError(f"{key}: {config.get(key)!r} is not protocol {name}'s {protocol[key]!r} "
                              f"({protocol_file}); a study on another protocol names it: protocol: <its name>, "

@@ -4,6 +4,7 @@ study config can be wrong failing when the study is built, naming the file and k
 from __future__ import annotations
 
 import itertools
+import math
 import shlex
 from pathlib import Path
 
@@ -318,6 +319,51 @@ def test_the_committed_runs_are_what_the_study_resolves_now(layer):
             if resolved[key] == before[key]:
                 del resolved[key]
         assert recorded == resolved, run
+
+
+PROTOCOL_STUDIES = [None, "config/confirm.yaml", "config/field.yaml"]
+
+
+@pytest.mark.parametrize("layer", [None, *SHIPPED, "config/alternatives.yaml", "config/confirm.yaml",
+                                   "config/field.yaml"])
+def test_every_study_keeps_the_protocol_or_names_its_own(layer):
+    """A study either keeps the protocol (config/protocol.yaml) as it is or names another one; the
+    studies of the shipped protocol are the default study, its confirmation and the field study."""
+    from pods.study.plan import check_protocol
+
+    protocol = yaml.safe_load((REPO / "config/protocol.yaml").read_text())
+    s = study(*([layer] if layer else []))
+    assert (s.config["protocol"] == protocol["protocol"]) == (layer in PROTOCOL_STUDIES), layer
+    check_protocol(s.config)
+    if s.config["protocol"] == protocol["protocol"]:
+        assert all(s.config[k] == protocol[k] for k in ("trainer_config", "aten_cpu_capability", "clock", "train"))
+    with pytest.raises(StudyError, match="a study on another protocol names it"):  # changing it under its name
+        check_protocol({**s.config, "protocol": protocol["protocol"], "train": {"max_train_time_s": 200}})
+
+
+@pytest.mark.parametrize("layer", PROTOCOL_STUDIES[:2])
+def test_each_committed_run_of_a_protocol_study_was_trained_under_the_protocol(layer):
+    """The protocol, read off each committed run's config.yaml: the trainer defaults file's settings,
+    the protocol's step costs, its budget and evaluation cadence turned into the arm's steps on the
+    cost clock (a confirmation's later looks included)."""
+    protocol = yaml.safe_load((REPO / "config/protocol.yaml").read_text())
+    defaults = load_train_config(protocol["trainer_config"]).to_dict()
+    s = study(*([layer] if layer else []))
+    runs = sorted((REPO / s.paths.runs_dir).glob("*/*/*/seed*/config.yaml"))
+    if layer and not runs:
+        pytest.skip(f"{layer} has no committed run yet")
+    assert runs
+    budget, cadence = protocol["train"]["max_train_time_s"], defaults["eval_every_s"]
+    for path in runs:
+        recorded = yaml.safe_load(path.read_text())
+        key = parse_run_path(path.parent)
+        assert recorded["step_cost_file"] == f"{protocol['step_costs']}/{key['benchmark']}/{key['hardware']}.json"
+        cost = recorded["step_cost_s"]
+        assert recorded["max_steps"] == math.ceil(budget / cost) and recorded["max_train_time_s"] is None, path
+        assert recorded["eval_every_steps"] == max(1, round(cadence / cost)), path
+        for name in ("lr", "prompts_per_step", "temperature", "micro_batch", "max_new_tokens", "eval_greedy",
+                     "fused_activation", "length_buckets", "kv_cache_chunk", "sampling", "attn_implementation"):
+            assert recorded[name] == defaults[name], (path, name)
 
 
 def test_the_schemas_design_enum_is_the_packages():
