@@ -9,10 +9,11 @@
 #   VERL_ENV=/path/to/venv bash scripts/verl_env.sh
 #   .venvs/verl/bin/python -m pytest tests/core/test_verl.py      # the plugin's tests, real verl
 #
-# verl is installed without an extra: its `fsdp`, `vllm`, `sglang` and `cpu` extras pin a CUDA
+# verl is installed without an extra of its own: its `fsdp`, `vllm`, `sglang` and `cpu` extras pin
 # torch 2.11 and GPU kernels (flash-attn, cupy). Its base requirements (ray, tensordict, hydra,
-# transformers, datasets, ...) install on a CPU and are what `verl.protocol` and
-# `verl.trainer.ppo.ray_trainer` import.
+# transformers, datasets, ...) install on a CPU; `verl.trainer.ppo.ray_trainer` also imports
+# cachetools, fastapi, uvicorn, pyzmq and msgspec (verl's `verl-core` extra), which this package's
+# `verl` extra adds. On a GPU node install verl's GPU stack beside it (`pip install "verl[vllm]==0.9.1"`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,10 +47,10 @@ echo "verl_env: building $ENV_DIR (verl $VERL_VERSION, torch $TORCH_VERSION)"
 rm -rf "$ENV_DIR"
 "$PYTHON" -m venv "$ENV_DIR"
 pip=("$ENV_DIR/bin/python" -m pip --quiet)
-# One resolver run, so verl's pins (transformers, tensordict, numpy) win. pytest: the tests.
-"${pip[@]}" install "torch==$TORCH_VERSION" "verl==$VERL_VERSION" pytest
-# This checkout, editable, without its dependencies: the plugin needs the core only (torch, numpy),
-# and the study's transformers>=5.19 would fight verl's pin.
-"${pip[@]}" install --no-deps -e .
+# One resolver run for the `verl` extra (the pinned verl and the few modules its trainer imports that
+# its base requirements omit) with the CPU torch, so verl's pins (transformers, tensordict, numpy)
+# win. The package itself comes editable, with its core requirements only (torch, numpy): the
+# study's transformers>=5.19 would fight verl's pin. pytest: the tests.
+"${pip[@]}" install "torch==$TORCH_VERSION" -e ".[verl]" pytest
 "$ENV_DIR/bin/python" -I -c "import verl, torch, transformers, pods.integrations.verl; print('verl_env: verl', verl.__version__, '| torch', torch.__version__, '| transformers', transformers.__version__)"
 echo "verl_env: built in $((SECONDS - start)) s"

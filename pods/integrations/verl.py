@@ -59,11 +59,13 @@ config through verl's and this module's validation, all on a CPU.
 from __future__ import annotations
 
 import math
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+import verl
 from omegaconf import OmegaConf
 from verl import DataProto
 from verl.trainer import main_ppo_v0
@@ -72,6 +74,9 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from pods.selection import SELECTION_RULES, select
 
 TESTED_VERL = "0.9.1"  # keep in step with the `verl` extra in pyproject.toml and scripts/verl_env.sh
+if verl.__version__ != TESTED_VERL:
+    warnings.warn(f"pods.integrations.verl was tested with verl {TESTED_VERL}, found {verl.__version__}; it overrides "
+                  "private RayPPOTrainer methods, run tests/core/test_verl.py before trusting it", stacklevel=2)
 SCORE_KEY = "rm_scores"  # what verl's extract_reward reads; it becomes `token_level_scores`
 
 

@@ -347,3 +347,126 @@ def test_the_update_mini_batch_counts_ppo_mini_batch_size_prompts_of_m_rollouts(
     assert trainer.actor_rollout_wg.calls == [("update_actor", 16 * 4, 8 * 4)]  # ppo_mini_batch_size * m rows
     assert trainer.config.actor_rollout_ref.rollout.n == 8  # n again outside the update
     assert trainer.pods_divisor() == 32  # lcm(dp 2, 8 prompts x 4 kept)
+
+
+# --- verl's own training loop, its Ray workers replaced by recorders -----------------------------------
+
+class Prompts(torch.utils.data.Dataset):
+    """Items shaped as verl's RLHFDataset makes them (the agent loop tokenises the raw prompt)."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, index):
+        return {"raw_prompt": [{"role": "user", "content": f"question {index}"}], "dummy_tensor": torch.tensor([0]),
+                "data_source": "fake", "index": index, "extra_info": {}}
+
+
+class Generation:
+    """Stands in for verl's agent loop: n responses per prompt, each scored into `rm_scores` as verl's
+    reward loop does while generating. Scores come from a seeded generator, so a test can recompute them."""
+
+    def __init__(self):
+        self.rng, self.calls = np.random.default_rng(0), []
+
+    def generate_sequences(self, gen_batch):
+        rows = len(gen_batch)
+        self.calls.append(rows)
+        scores = self.rng.integers(0, 2, rows).astype(np.float32)  # 0/1 correctness
+        lengths = torch.as_tensor(self.rng.integers(1, RESPONSE + 1, rows))
+        response_mask = (torch.arange(RESPONSE)[None, :] < lengths[:, None]).long()
+        attention_mask = torch.cat([torch.ones(rows, PROMPT, dtype=torch.long), response_mask], dim=1)
+        input_ids = torch.as_tensor(self.rng.integers(3, 50, (rows, PROMPT + RESPONSE))) * attention_mask
+        rm_scores = torch.zeros(rows, RESPONSE)
+        rm_scores[torch.arange(rows), lengths - 1] = torch.as_tensor(scores)
+        return DataProto.from_single_dict({
+            "prompts": input_ids[:, :PROMPT], "responses": input_ids[:, PROMPT:], "response_mask": response_mask,
+            "input_ids": input_ids, "attention_mask": attention_mask,
+            "position_ids": (attention_mask.cumsum(1) - 1).clamp(min=0), "rm_scores": rm_scores,
+            "multi_modal_inputs": np.array([{} for _ in range(rows)], dtype=object),
+        }, meta_info={"timing": {}})
+
+
+class Workers(Recorder):
+    """Actor, reference, the weight sync and the GPU count, as verl's driver calls them; log-probs are zeros."""
+
+    def compute_log_prob(self, td):
+        return self._log_probs("compute_log_prob", td)
+
+    def compute_ref_log_prob(self, td):
+        return self._log_probs("compute_ref_log_prob", td)
+
+    def _log_probs(self, name, td):
+        from verl.utils import tensordict_utils as tu
+
+        self.calls.append((name, len(td)))
+        tokens = td["input_ids"].values().shape[0]  # the no-padding layout verl sends
+        return tu.get_tensordict({"log_probs": torch.zeros(tokens), "entropy": torch.zeros(tokens)},
+                                 non_tensor_dict={"metrics": {"mfu": 0.0}})
+
+    def get_n_gpus(self):  # as the resource pool manager
+        return 2
+
+    def update_weights(self, step):
+        self.calls.append(("update_weights", step))
+
+    def sleep_replicas(self):
+        pass
+
+
+def test_verl_s_fit_trains_on_m_of_n_rollouts_in_every_pass_after_the_reward(tmp_path, monkeypatch):
+    """verl's `RayPPOTrainer.__init__` and `fit` for two steps, as written: generation gives n per prompt,
+    and the old-log-prob, reference and update passes receive m per prompt."""
+    from verl.trainer.ppo.ray_trainer import Role
+    from verl.utils.dataset.rl_dataset import collate_fn
+
+    logged = []
+
+    class Tracking:
+        def __init__(self, **_):
+            pass
+
+        def log(self, data, step):
+            logged.append((step, data))
+
+    monkeypatch.setattr("verl.utils.tracking.Tracking", Tracking)
+    monkeypatch.chdir(tmp_path)
+    config = composed(GOOD + ["trainer.n_gpus_per_node=2", "data.train_batch_size=4",
+                              "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                              "actor_rollout_ref.actor.use_kl_loss=True",
+                              "trainer.total_epochs=1", "trainer.val_before_train=False", "trainer.test_freq=-1",
+                              "trainer.save_freq=-1", "trainer.logger=[console]", "data.dataloader_num_workers=0"])
+    trainer = PODSRayPPOTrainer(config=config, tokenizer=None, role_worker_mapping={Role.ActorRollout: object},
+                                resource_pool_manager=Workers(dp=2), train_dataset=Prompts(), val_dataset=Prompts(),
+                                collate_fn=collate_fn)
+    workers, generation = Workers(dp=2), Generation()
+    # what init_workers would build: the worker groups, the rollout manager, the weight sync
+    trainer.actor_rollout_wg = trainer.ref_policy_wg = workers
+    trainer.async_rollout_manager, trainer.checkpoint_manager = generation, workers
+    trainer.fit()
+
+    n, m, prompts = 8, 4, 4
+    assert generation.calls == [prompts * n] * 2
+    passes = [call for call in workers.calls if call[0] != "update_weights"]
+    assert passes == [("compute_log_prob", prompts * m), ("compute_ref_log_prob", prompts * m),
+                      ("update_actor", prompts * m, 2 * m)] * 2
+    assert [step for step, _ in logged] == [1, 2]
+    for _, metrics in logged:
+        assert metrics["pods/rollouts_generated"] == prompts * n and metrics["pods/rollouts_trained"] == prompts * m
+        assert metrics["pods/groups_trimmed"] == 0
+        assert metrics["pods/kept_group_score_var"] >= metrics["pods/generated_group_score_var"]
+        assert "global_seqlen/balanced_max" in metrics and "critic/advantages/mean" in metrics
+    assert config.actor_rollout_ref.rollout.n == n
+
+
+def test_one_verl_version_is_pinned_and_tested_everywhere():
+    import tomllib
+    import verl
+
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["verl"]
+    script = (REPO / "scripts" / "verl_env.sh").read_text()
+    assert extra[0].startswith(f"verl=={pods_verl.TESTED_VERL};")
+    assert f"VERL_VERSION={pods_verl.TESTED_VERL} " in script
+    assert verl.__version__ == pods_verl.TESTED_VERL
+    for name in ("_balance_batch", "_update_actor", "_update_critic", "_get_dp_size", "fit"):  # what the hook relies on
+        assert name in vars(pods_verl.RayPPOTrainer), name
