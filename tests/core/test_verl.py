@@ -286,9 +286,10 @@ def test_the_example_config_passes_verl_s_and_the_plugin_s_checks(tmp_path, gpus
     assert config.data.train_files.endswith("gsm8k/train.parquet")
 
 
-def test_the_command_refuses_a_bad_setting_in_one_line_before_starting_ray():
-    result = subprocess.run([sys.executable, "-m", "pods.integrations.verl", *GOOD, "pods.m=8"],
-                            capture_output=True, text=True, timeout=300, cwd=REPO)
+def test_the_command_refuses_a_bad_setting_in_one_line_before_starting_ray(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-m", "pods.integrations.verl", *GOOD, "pods.m=8"],  # Hydra writes
+                            capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)  # outputs/ here
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
         "pods: pods.m must satisfy 2 <= m < n = actor_rollout_ref.rollout.n, got m=8, n=8 "
