@@ -475,3 +475,15 @@ def test_one_verl_version_is_pinned_and_tested_everywhere():
     assert verl.__version__ == pods_verl.TESTED_VERL
     for name in ("_balance_batch", "_update_actor", "_update_critic", "_get_dp_size", "fit"):  # what the hook relies on
         assert name in vars(pods_verl.RayPPOTrainer), name
+
+
+def test_the_plugin_imports_the_package_s_core_only(tmp_path):
+    """In verl's environment (no study extra: its transformers is below the study's) the plugin needs the core alone."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", (
+        "import sys, pods.integrations.verl\n"
+        "print(sorted(m for m in sys.modules if m.startswith('pods')))")],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == str(
+        ["pods", "pods.integrations", "pods.integrations.verl", "pods.registry", "pods.selection"])
