@@ -487,3 +487,31 @@ def test_the_plugin_imports_the_package_s_core_only(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == str(
         ["pods", "pods.integrations", "pods.integrations.verl", "pods.registry", "pods.selection"])
+
+
+def test_the_internals_relied_on_are_where_the_plugin_expects_them():
+    """verl's fit reaches `_balance_batch` after generation and before the reward and old-log-prob passes,
+    `_update_actor` sizes mini-batches by `rollout.n`, and the task runner builds `RayPPOTrainer` by name."""
+    import inspect
+
+    from verl.trainer import main_ppo_v0
+
+    fit = inspect.getsource(pods_verl.RayPPOTrainer.fit)
+    order = [fit.index(call) for call in ("generate_sequences(", "self._balance_batch(", "extract_reward(batch)",
+                                          "self._compute_old_log_prob(batch)", "self._compute_ref_log_prob(batch)",
+                                          "self._update_actor(batch)")]
+    assert order == sorted(order)
+    update = inspect.getsource(pods_verl.RayPPOTrainer._update_actor)
+    assert "ppo_mini_batch_size * self.config.actor_rollout_ref.rollout.n" in update
+    assert "trainer = RayPPOTrainer(" in inspect.getsource(main_ppo_v0.TaskRunner.__ray_actor_class__.run)
+
+
+def test_the_task_runner_builds_the_plugin_s_trainer(monkeypatch):
+    from verl.trainer import main_ppo_v0
+
+    built = []
+    monkeypatch.setattr(main_ppo_v0, "RayPPOTrainer", main_ppo_v0.RayPPOTrainer)  # restored after the test
+    monkeypatch.setattr(main_ppo_v0.TaskRunner.__ray_actor_class__, "run",
+                        lambda self, config: built.append((main_ppo_v0.RayPPOTrainer, config)))
+    pods_verl._PODSTaskRunner().run("config")
+    assert built == [(PODSRayPPOTrainer, "config")]
