@@ -122,7 +122,7 @@ fi
 if "$verl_py" -c "import verl" > /dev/null 2>&1; then
     timeout "$verl_s" "$verl_py" benchmarks/gpu_kit/verl_step_costs.py "${verl_args[@]}" --hardware "$hw-verl" \
         --out "$out/$hw-verl.json" > "$out/costs-verl.log" 2>&1
-    echo "step costs (verl arm): exit $?"; grep -E "^\| |ratio" "$out/costs-verl.log"
+    echo "step costs (verl arm): exit $?"; grep -E "^\| |step-cost ratio" "$out/costs-verl.log"
 else
     echo "step costs (verl arm): not run: verl does not import with $verl_py (bash scripts/verl_env.sh, then" \
          "VERL_PYTHON=.venvs/verl/bin/python)" | tee "$out/costs-verl.log"
