@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import pods.training.tasks
-from helpers import FirstDigit, save_tiny_base
+import pods
 
 # The suite tests this checkout: if `import pods` reads another one (a stale editable install of
 # another folder wins the import), every result below would be about that other code.
@@ -22,10 +21,15 @@ if Path(pods.__file__).resolve().parents[1] != _CHECKOUT:
 
 @pytest.fixture(scope="session")
 def base(tmp_path_factory):
+    from helpers import save_tiny_base  # here, not at the top: the core's own environments (verl's) lack the study
+
     # built once: training reads it and writes only to its own run folder
     return save_tiny_base(tmp_path_factory.mktemp("base"))
 
 
 @pytest.fixture
 def toy_task(monkeypatch):
+    import pods.training.tasks
+    from helpers import FirstDigit
+
     monkeypatch.setitem(pods.training.tasks.TASKS, "first_digit", FirstDigit)

@@ -15,6 +15,11 @@
 #  3. the measurement: seconds per step by phase of GRPO n=16, PODS 64->16 and GRPO-GA n=64 at the
 #     paper's single-GPU sizes (step_costs.py), LoRA and full fine-tuning, with `hf` rollouts into
 #     OUT/<hw>-{lora,full}.json, then with `hf_static` rollouts into OUT/<hw>-{lora,full}-static.json;
+#  3b. the verl arm: GRPO n=16 and PODS 64->16 through verl's own trainer loop and
+#     pods.integrations.verl on one device, a Qwen2.5-0.5B-shaped model (verl_step_costs.py,
+#     OUT/<hw>-verl.json). It needs verl importable: the dry run builds scripts/verl_env.sh's
+#     environment; on a GPU machine without verl (the image lacks it, and verl's Ray alone is over
+#     the carry budget) it says so in one line and the other parts go on;
 #  4. `pods project` with those files: our measured step efficiency, and the paper's, over this
 #     machine's step-cost ratios (OUT/projection.md).
 # Each part has its own time limit, so a slow part leaves the next its time. HARDWARE names the
@@ -31,11 +36,13 @@ hw=${HARDWARE:-h200}
 if [ "$cpu" = "--cpu" ]; then
     device=cpu; precision=fp32; costs_args=(--arch tiny --device cpu --steps 1 --prompt-tokens 8 --completion-tokens 16)
     decode_args=(--arch tiny --device cpu --prompt-tokens 8 --completion-tokens 16 --repeats 1)
-    smoke_s=300; costs_s=300; static_s=300; decode_s=300; hw=${HARDWARE:-cpu-dry-run}
+    verl_args=(--arch tiny --device cpu --steps 1 --prompt-tokens 8 --completion-tokens 16)
+    smoke_s=300; costs_s=300; static_s=300; decode_s=300; verl_s=300; hw=${HARDWARE:-cpu-dry-run}
 else
     device=cuda; precision=bf16; costs_args=(--steps 2); decode_args=()
     # the compiled runs compile the decode step once per arm (a fresh model each) before timing it
     smoke_s=${SMOKE_S:-150}; costs_s=${COSTS_S:-240}; static_s=${STATIC_S:-420}; decode_s=${DECODE_S:-180}
+    verl_args=(--steps 2); verl_s=${VERL_S:-300}
 fi
 py=python3
 command -v python3 >/dev/null || py=python
@@ -107,6 +114,20 @@ for rollout in hf hf_static; do
     done
 done
 
+# 3b. the verl arm, in an environment where verl imports (VERL_PYTHON, or the dry run's .venvs/verl)
+verl_py=${VERL_PYTHON:-$py}
+if [ -z "${VERL_PYTHON:-}" ] && [ "$cpu" = "--cpu" ]; then
+    bash scripts/verl_env.sh > "$out/verl-env.log" 2>&1 && verl_py=.venvs/verl/bin/python
+fi
+if "$verl_py" -c "import verl" > /dev/null 2>&1; then
+    timeout "$verl_s" "$verl_py" benchmarks/gpu_kit/verl_step_costs.py "${verl_args[@]}" --hardware "$hw-verl" \
+        --out "$out/$hw-verl.json" > "$out/costs-verl.log" 2>&1
+    echo "step costs (verl arm): exit $?"; grep -E "^\| |step-cost ratio" "$out/costs-verl.log"
+else
+    echo "step costs (verl arm): not run: verl does not import with $verl_py (bash scripts/verl_env.sh, then" \
+         "VERL_PYTHON=.venvs/verl/bin/python)" | tee "$out/costs-verl.log"
+fi
+
 # 4. projections onto this machine
 costs=("$out"/"$hw"-*.json)
 if [ -e "${costs[0]}" ]; then
@@ -119,7 +140,7 @@ ls -1 "$out"
 if [ "$cpu" = "--cpu" ]; then  # the dry run fails loudly: every part must have run
     ! grep -q "did not run" "$out/smoke.md" || { echo "run.sh --cpu: a smoke run failed (smoke.log)" >&2; exit 1; }
     for f in "$out/$hw-lora.json" "$out/$hw-full.json" "$out/$hw-lora-static.json" "$out/$hw-full-static.json" \
-             "$out/decode-speed.json" "$out/projection/projection.md"; do
+             "$out/$hw-verl.json" "$out/decode-speed.json" "$out/projection/projection.md"; do
         [ -s "$f" ] || { echo "run.sh --cpu: $f is missing" >&2; exit 1; }
     done
     echo "run.sh --cpu: the dry run went through every part"
