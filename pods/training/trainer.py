@@ -419,7 +419,10 @@ def startup_line(cfg: TrainConfig) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Train one run. KEY=VALUE pairs override the config file; every key is listed below. "
-        "Restarting the same command resumes the run from its checkpoint; a finished run is left as it is."
+        "Restarting the same command resumes the run from its checkpoint; a finished run is left as it is. "
+        "Without base_model, an embedded benchmark's base (models/<benchmark>/base) that does not exist yet is "
+        "built first, as the workflow builds it (1-2 minutes), so `pods train max_steps=20` is a quick run in a "
+        "fresh clone, written under results/local/ (git-ignored)."
     )
     parser.epilog = config_help()
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
