@@ -34,7 +34,10 @@ def committed_studies() -> list[Path]:
 
 
 def tracked_pngs(folder: Path) -> list[Path]:
-    """The PNG files under `folder` that git tracks (figures drawn locally, e.g. the paper's, are not)."""
+    """The PNG files under `folder` that git tracks (figures drawn locally, e.g. the paper's, are not);
+    outside a git checkout (an unpacked source archive), every PNG there."""
+    if not (REPO / ".git").exists():
+        return sorted(folder.rglob("*.png"))
     listed = subprocess.run(["git", "ls-files", "--", str(folder)], cwd=REPO, capture_output=True, text=True,
                             check=True).stdout.split()
     return [REPO / name for name in listed if name.endswith(".png")]
