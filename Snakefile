@@ -11,7 +11,7 @@ from pathlib import Path
 
 from snakemake.utils import min_version, update_config
 
-from pods.study.schema import load_schema, typed_command_line, validate
+from pods.study.schema import load_schema, refuse, refused_in_one_line, typed_command_line, validate
 
 min_version("8.0")
 
@@ -30,7 +30,9 @@ update_config(config, typed_command_line(dict(workflow.config_settings.config)))
 # workflows/common.smk checks hardware profiles with it too); defaults fill in as Snakemake's own
 # validate(set_default=True) does
 STUDY_SCHEMA = load_schema(Path(workflow.basedir, "config", "schema.yaml"))
-validate(config, STUDY_SCHEMA, "config")
+# a study config that cannot run stops here, or in workflows/common.smk, in the package's one line
+with refused_in_one_line():
+    validate(config, STUDY_SCHEMA, "config")
 
 # Every job this workflow starts (locally or, parsing this file again, on a cluster node) inherits
 # the pinned CPU kernel path: see `aten_cpu_capability` in config/schema.yaml.

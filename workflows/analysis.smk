@@ -81,8 +81,8 @@ PROJECTION_FIGURES = [f"{FIGURES}/{name}.{ext}" for name in ("decomposition", "p
 
 def project_inputs(wildcards):
     if PAPER_SUMMARY and not Path(PAPER_SUMMARY).is_file():
-        raise ValueError(f"paper_summary: no file {PAPER_SUMMARY} (`snakemake paper_figures` writes it; "
-                         f"--config paper_summary=null: our comparisons alone)")
+        refuse(f"paper_summary: no file {PAPER_SUMMARY} (`snakemake paper_figures` writes it; "
+               f"--config paper_summary=null: our comparisons alone)")
     return by_content("project")
 
 

@@ -15,7 +15,8 @@ from pods.study import stamps
 from pods.study.expansion import Run, run_from
 from pods.study.plan import Study, summary_or_empty
 
-STUDY = Study(config, schema=STUDY_SCHEMA)
+with refused_in_one_line():
+    STUDY = Study(config, schema=STUDY_SCHEMA)
 
 PATHS = STUDY.paths
 RESULTS, MODELS, FIGURES = PATHS.results, PATHS.models, PATHS.figures
@@ -23,8 +24,8 @@ RESULTS, MODELS, FIGURES = PATHS.results, PATHS.models, PATHS.figures
 # plan the whole study inside that run.
 for _folder in (Path(RESULTS).absolute(), *Path(RESULTS).absolute().parents):
     if (_folder / "summary.json").is_file() or (_folder / "evals.jsonl").is_file():
-        raise ValueError(f"results_dir: {RESULTS} is inside the run directory {_folder}; give the study a "
-                         f"folder of its own (e.g. results_dir=results/local)")
+        refuse(f"results_dir: {RESULTS} is inside the run directory {_folder}; give the study a folder of its own "
+               f"(e.g. results_dir=results/local)")
 RUNS, LOGS = PATHS.runs_dir, PATHS.logs
 SUMMARY_CSV, SUMMARY_MD, STUDY_FILE = PATHS.summary_csv, PATHS.summary_md, PATHS.study_file
 RUN_DIR = run_path(RUNS, benchmark="{benchmark}", hardware="{hardware}", method="{method}", seed="{seed}")
@@ -166,12 +167,10 @@ def finished_run_files():
 def cached_results():
     """The `figures` target: tables and figures from finished runs only, never a training job."""
     if FAILED:
-        raise ValueError(failed_runs_message())
+        refuse(failed_runs_message())
     todo = [path for path in map(PATHS.run_dir, STUDY.runs) if path not in FINISHED]
     if todo:
-        raise ValueError(
-            f"figures: {len(todo)} of the study's {len(STUDY.runs)} runs have no finished results "
-            f"(e.g. {todo[0]}); `snakemake reproduce` trains them"
-        )
+        refuse(f"figures: {len(todo)} of the study's {len(STUDY.runs)} runs have no finished results "
+               f"(e.g. {todo[0]}); `snakemake reproduce` trains them")
     return [SUMMARY_CSV, SUMMARY_MD, *figure_files(), *PROJECTION_FILES, *PROJECTION_FIGURES,
             *VERDICT_VIEW_FILES, *VERDICT_VIEW_FIGURES]

@@ -26,8 +26,8 @@ def check_base(label):
     differences = base_differences(json.loads(marker.read_text()), STUDY.configs.warmstart_config(label), kernels)
     if differences:
         command = (f"{KERNELS_VARIABLE}={kernels} " if kernels else "") + STUDY.warmstart_command(label)
-        raise ValueError(f"{marker.parent} is not this study's warm start ({'; '.join(differences)}): delete it and "
-                         f"the workflow builds it, or build it as the workflow does: rm -r {marker.parent} && {command}")
+        refuse(f"{marker.parent} is not this study's warm start ({'; '.join(differences)}): delete it and the "
+               f"workflow builds it, or build it as the workflow does: rm -r {marker.parent} && {command}")
 
 
 rule warmstart:

@@ -6,22 +6,14 @@
 # {name}-{axis}; every (benchmark, hardware) gets the
 # completion-length curves and the seconds-per-step bars split by phase.
 
-from pods.study.expansion import ABLATIONS, PLOT_KINDS
+from pods.study.expansion import PLOT_KINDS
+from pods.study.expansion import figure_panels as study_figure_panels
 
-FIGURE = FIGURES + "/{benchmark}/{hardware}/{kind}{design}"
+FIGURE = FIGURES + "/{benchmark}/{hardware}/{kind}{design}"  # pods.study.plots.FIGURE under FIGURES
 
 def figure_panels():
     """(kind, benchmark, hardware, design suffix) of every figure of the study, in order."""
-    panels = []
-    for row in COMPARISONS:
-        if row["name"] == "main":
-            panels.append(("accuracy", row["benchmark"], row["hardware"], "-" + row["design"]))
-        elif row["name"] in ABLATIONS:
-            panels.append((row["name"], row["benchmark"], row["hardware"], ""))
-        else:  # any other family (alternatives): all its arms, one figure per axis it is read on
-            panels.append((row["name"], row["benchmark"], row["hardware"], "-" + row.get("axis", "time")))
-        panels += [(kind, row["benchmark"], row["hardware"], "") for kind in ("length", "step_time")]
-    return list(dict.fromkeys(panels))
+    return study_figure_panels(COMPARISONS)
 
 
 def figure_files():
@@ -66,11 +58,5 @@ rule plots:
         study = analysis.load_study(input.study)
         summary = read_summary_table(input.summary)  # the accuracy figures mark its targets and crossings
         with open(log[0], "w") as fh:
-            for kind, benchmark, hardware, design in figure_panels():
-                stem = FIGURE.format(kind=kind, benchmark=benchmark, hardware=hardware, design=design)
-                named = kind not in PLOT_KINDS  # its suffix is the axis, not a design
-                written = plots.plot_study_figure(kind, RUNS, study, benchmark, hardware, stem,
-                                                  design=None if named else design[1:] or None, summary=summary,
-                                                  axis=design[1:] if named else "time")
-                print(*written, sep="\n", file=fh)
+            print(*plots.draw_study_figures(study, RUNS, FIGURES, summary), sep="\n", file=fh)
         write_stamp("plots")

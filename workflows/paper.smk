@@ -24,7 +24,7 @@ PAPER_MANIFEST = "config/release_manifest.yaml"
 PAPER_LOCAL = config["paper_results_dir"]
 PAPER_RELEASE = PAPER_LOCAL.rstrip("/") if PAPER_LOCAL else f"{PAPER_WORK}/release"
 if PAPER_LOCAL and not Path(PAPER_LOCAL).is_dir():
-    raise ValueError(f"paper_results_dir: no folder {PAPER_LOCAL}")
+    refuse(f"paper_results_dir: no folder {PAPER_LOCAL}")
 
 
 def paper_figure_names():

@@ -71,21 +71,39 @@ from pods.study.tables import summary_markdown, to_markdown, verdict_table, writ
 from pods.vocabulary import STEP_PHASES as PHASES
 from pods.vocabulary import parse_method
 
-
 # --------------------------------------------------------------------------------------------
 # Studies
 # --------------------------------------------------------------------------------------------
+STUDY_FILE = "results/study.yaml"  # the default study's, which the workflow writes from its config
+
+
 def load_study(path: str | os.PathLike) -> list[dict]:
-    """The comparisons of a study file (format in the module docstring), validated."""
+    """The comparisons of a study file (format in the module docstring), validated. A workflow
+    config given in its place (`snakemake --configfile`'s, whose comparisons expand into a study
+    file's) is named as one."""
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"study file {path} does not exist")
+    if not path.is_file():
+        raise FileNotFoundError(f"study file {path} does not exist (--study takes the comparisons file the workflow "
+                                f"writes, e.g. {STUDY_FILE})")
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     if isinstance(data, dict):
+        if is_workflow_config(data):
+            raise ValueError(f"{path} is a workflow config (snakemake --configfile), not a study file: --study takes "
+                             f"the comparisons file the workflow writes from it, e.g. {STUDY_FILE}")
         data = data.get("comparisons")
     if not isinstance(data, list) or not data:
         raise ValueError(f"{path}: expected a non-empty list of comparisons (or a 'comparisons:' list)")
     return [validate_comparison(c, f"{path}: comparison {i + 1}") for i, c in enumerate(data)]
+
+
+def is_workflow_config(data: Mapping) -> bool:
+    """Whether a YAML mapping is a study config of the workflow (keys of config/schema.yaml beside
+    `comparisons`, or comparisons in its form: `benchmarks` and `methods` lists) rather than a study file."""
+    config_keys = set(_schema()["properties"]) - {"comparisons"}
+    rows = data.get("comparisons")
+    rows = rows if isinstance(rows, list) else []
+    return bool(config_keys & set(data)) or any(isinstance(row, Mapping) and ("benchmarks" in row or "methods" in row)
+                                                for row in rows)
 
 
 def validate_comparison(comp: Mapping, where: str = "comparison") -> dict:
@@ -361,7 +379,16 @@ def at_least(minimum: int):
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    study = load_study(args.study)
+    problems = []  # both inputs checked before any compute, every problem said in the one line
+    if not Path(args.runs).is_dir():
+        problems.append(f"runs folder {args.runs} does not exist (--runs takes a results folder holding runs/, "
+                        f"e.g. results)")
+    try:
+        study = load_study(args.study)
+    except (ValueError, FileNotFoundError) as exc:
+        problems.append(str(exc))
+    if problems:
+        raise ValueError("; ".join(problems))
     tables = load_runs(args.runs)
     table = summarize_study(study, tables.evals, tables.steps, tables.summaries, n_boot=args.n_boot, seed=args.seed)
     out = Path(args.out)
@@ -373,7 +400,9 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", required=True, help="results folder holding runs/ (or runs/ itself)")
-    p.add_argument("--study", required=True, help="YAML list of comparisons (see pods.study.analysis)")
+    p.add_argument("--study", required=True,
+                   help=f"the study file: YAML list of comparisons (see pods.study.analysis), e.g. {STUDY_FILE} as "
+                        f"the workflow writes it; not a workflow config")
     p.add_argument("--out", default="results/summary.csv", help="CSV path; the .md goes beside it")
     p.add_argument("--n-boot", type=at_least(MIN_BOOT), default=2000,
                    help=f"bootstrap resamples for the intervals (>= {MIN_BOOT})")

@@ -48,7 +48,8 @@ def find_runs(root: str | os.PathLike) -> list[Path]:
     """
     root = Path(root)
     if not root.is_dir():
-        raise FileNotFoundError(f"runs root {root} does not exist")
+        raise FileNotFoundError(f"runs folder {root} does not exist (--runs takes a results folder holding runs/, "
+                                f"e.g. results)")
     base = root / "runs" if (root / "runs").is_dir() else root
     runs = sorted(p for p in base.glob(RUN_GLOB) if p.is_dir())
     if not runs:

@@ -20,6 +20,24 @@ PLOT_KINDS = ("accuracy", *ABLATIONS, "length", "step_time")
 UNCHECKED_DESIGN = ("m_scaling",)
 
 
+def figure_panels(rows: list[Mapping]) -> list[tuple[str, str, str, str]]:
+    """(kind, benchmark, hardware, suffix) of every figure of a study whose comparison rows
+    (`Comparison.row`, the study file's) are `rows`, in order: every `main` row an accuracy figure
+    per design (suffix `-<design>`), an ablation's row its ablation figure (no suffix), a row of any
+    other name (the alternatives) one figure of all its arms per axis (suffix `-<axis>`), and every
+    (benchmark, hardware) its completion lengths and seconds per step."""
+    panels = []
+    for row in rows:
+        if row["name"] == "main":
+            panels.append(("accuracy", row["benchmark"], row["hardware"], "-" + row["design"]))
+        elif row["name"] in ABLATIONS:
+            panels.append((row["name"], row["benchmark"], row["hardware"], ""))
+        else:
+            panels.append((row["name"], row["benchmark"], row["hardware"], "-" + row.get("axis", "time")))
+        panels += [(kind, row["benchmark"], row["hardware"], "") for kind in ("length", "step_time")]
+    return list(dict.fromkeys(panels))
+
+
 @dataclass(frozen=True, order=True)
 class Run:
     """One training run: the four components of its run directory."""

@@ -17,6 +17,7 @@ import argparse
 import math
 import os
 import tempfile
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -39,7 +40,7 @@ from pods.study.curves import (  # noqa: E402
     load_runs,
     mean_curve,
 )
-from pods.study.expansion import PLOT_KINDS  # noqa: E402
+from pods.study.expansion import PLOT_KINDS, figure_panels  # noqa: E402
 from pods.study.tables import _fmt  # noqa: E402
 from pods.vocabulary import DESIGNS, parse_method  # noqa: E402
 
@@ -376,6 +377,24 @@ def plot_study_figure(kind: str, runs_root: str | os.PathLike, study: Sequence[M
                         clip=None if kind == "length" else (0, 100), marks=marks)
 
 
+FIGURE = "{benchmark}/{hardware}/{kind}{suffix}"  # a study figure's stem under its figures folder
+
+
+def draw_study_figures(study: Sequence[Mapping], runs_root: str | os.PathLike, figures_dir: str | os.PathLike,
+                       summary: pd.DataFrame | None = None) -> list[Path]:
+    """Every figure of a study's comparison rows (`figure_panels`), as the workflow's `plots` rule
+    draws them: an accuracy figure's suffix is its design, a named family's its axis."""
+    written = []
+    for kind, benchmark, hardware, suffix in figure_panels(study):
+        named = kind not in PLOT_KINDS  # its suffix is the axis, not a design
+        written += plot_study_figure(kind, runs_root, study, benchmark, hardware,
+                                     Path(figures_dir) / FIGURE.format(benchmark=benchmark, hardware=hardware,
+                                                                       kind=kind, suffix=suffix),
+                                     design=None if named else suffix[1:] or None, summary=summary,
+                                     axis=suffix[1:] if named else "time")
+    return written
+
+
 # --------------------------------------------------------------------------------------------
 # Ours beside the paper's: where the speedup comes from, and what it would be elsewhere
 # --------------------------------------------------------------------------------------------
@@ -388,6 +407,26 @@ def _errors(table: pd.DataFrame, column: str) -> np.ndarray:
     lo = table[f"{column}_ci_low"].astype(float).to_numpy()
     hi = table[f"{column}_ci_high"].astype(float).to_numpy()
     return np.vstack([np.clip(value - lo, 0, None), np.clip(hi - value, 0, None)])
+
+
+def _wrap(text: str, width: int) -> str:
+    """`text` in lines of at most `width` characters, broken at spaces only (a method name such as
+    pods-max_variance-n64-m16 stays whole), existing line breaks kept."""
+    return "\n".join(textwrap.fill(line, width, break_long_words=False, break_on_hyphens=False)
+                     for line in text.split("\n"))
+
+
+def _plain_log_ticks(axis, low: float, high: float) -> None:
+    """A log axis's ticks as plain numbers (1.5, 2, 3 rather than 2 x 10^0), more of them the
+    fewer decades [low, high] spans, so that a short range still reads off its ticks; minor ticks
+    unlabelled."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    decades = math.log10(high / low) if low > 0 and high > low else 0.0
+    subs = (1.0, 1.5, 2.0, 3.0, 5.0, 7.0) if decades < 1 else (1.0, 2.0, 5.0) if decades < 3 else (1.0,)
+    axis.set_major_locator(LogLocator(base=10, subs=subs))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def _log_axes(ax) -> None:
@@ -439,6 +478,9 @@ def decomposition_figure(table: pd.DataFrame, stem: str | os.PathLike, rule: str
         return save_figure(fig, stem)
 
 
+TITLE_WIDTH = 56  # characters of a panel title's line at its 10 points, in a 6.5-inch panel
+
+
 def _panels(n: int):
     cols = min(n, 2)
     rows = (n + cols - 1) // cols
@@ -451,7 +493,7 @@ def _panels(n: int):
 def _no_data(ax, label: str, why: str) -> None:
     """A panel that says why a comparison has nothing to draw, rather than a missing panel."""
     ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes, fontsize=9, wrap=True)
-    ax.set_title(label, fontsize=10)
+    ax.set_title(_wrap(label, TITLE_WIDTH), fontsize=10)
     ax.set_xticks([])
     ax.set_yticks([])
 
@@ -477,7 +519,8 @@ def speedup_profile_figure(profile: pd.DataFrame, stem: str | os.PathLike,
             ax.fill_between(x, part["ci_low"], part["ci_high"], alpha=0.25, color="#888888", linewidth=0)
             ax.axhline(1.0, color="black", linewidth=1)
             ax.set_yscale("log")
-            ax.set_title(label, fontsize=10)
+            _plain_log_ticks(ax.yaxis, *ax.get_ylim())
+            ax.set_title(_wrap(label, TITLE_WIDTH), fontsize=10)
             ax.set_xlabel("Accuracy level (%)")
             ax.set_ylabel("Speedup (baseline time / method time)")
             ax.grid(alpha=0.3, which="both")
@@ -499,7 +542,7 @@ def time_to_target_figure(curves: Sequence[tuple[str, float, dict | None]], stem
             for name, color in (("baseline", "#7f7f7f"), ("method", "#d62728")):
                 times, fraction = arms[name]
                 ax.step(times, 100 * fraction, where="post", color=color, label=name)
-            ax.set_title(f"{label}\ntarget {100 * target:.1f}%", fontsize=10)
+            ax.set_title(f"{_wrap(label, TITLE_WIDTH)}\ntarget {100 * target:.1f}%", fontsize=10)
             ax.set_xlabel("Training time (s)")
             ax.set_ylabel("Seeds at the target (%)")
             ax.set_ylim(-3, 103)
@@ -540,7 +583,8 @@ def projection_figure(decomposition: pd.DataFrame, projection: pd.DataFrame, ste
                 np.clip(part["projected_speedup"] - part["projected_ci_low"], 0, None),
                 np.clip(part["projected_ci_high"] - part["projected_speedup"], 0, None)]),
                 fmt="o", mfc="white", color=color, capsize=3, markersize=8,
-                label=f"projection: {setting} onto {', '.join(name.split(' (')[0] for name in part['projected_onto'])}")
+                label=_wrap(f"projection: {setting} onto "
+                            f"{', '.join(dict.fromkeys(name.split(' (')[0] for name in part['projected_onto']))}", 110))
         _log_axes(ax)
         _speedup_lines(ax, x_range, slope_of_speedup=False)
         ax.set_xlabel("Step-cost ratio (PODS s/step / baseline s/step)")

@@ -4,10 +4,12 @@ registries define filled in, validation that fills in defaults, and the files me
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import jsonschema
 import yaml
@@ -26,6 +28,24 @@ PROTOCOL_KEYS = ("trainer_config", "aten_cpu_capability", "clock", "step_costs",
 
 class StudyError(ValueError):
     """A study config that cannot be run; the message names the file or config key."""
+
+
+def refuse(message: object) -> NoReturn:
+    """Stop the workflow while it is read, on a study config it cannot run: the package's one line
+    (`pods: error: ...`, as the `pods` commands say theirs) on stderr and exit status 1. Snakemake
+    prints an exception raised while it parses or builds the DAG with its rule file, line and a
+    traceback around the message; an exit is printed as nothing but the line."""
+    print(f"pods: error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(1)
+
+
+@contextmanager
+def refused_in_one_line() -> Iterator[None]:
+    """A StudyError raised inside (a bad key or value, naming its file and key) as `refuse` says it."""
+    try:
+        yield
+    except StudyError as exc:
+        refuse(exc)
 
 
 def load_schema(path: str | Path = SCHEMA) -> dict:

@@ -17,6 +17,9 @@ NORMALIZE_OVER = ("kept", "all")
 SAMPLINGS = ("inverse_cdf", "multinomial")  # how a rollout token is drawn (pods.training.rollout.hf.choose)
 # transformers' attention implementations a policy can be loaded with, and `auto` (TrainConfig.attn_implementation)
 ATTENTIONS = ("auto", "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+# The base model of a run that names none: an embedded benchmark's warm start where the workflow
+# builds it (models_dir `models`); `pods train` builds it there itself when it is missing.
+DEFAULT_BASE = "models/{benchmark}/base"
 
 
 @dataclass
@@ -49,7 +52,7 @@ class TrainConfig:
         metadata={"help": "Seeds the training prompt order, sampling and the random rule; also a run-path component."},
     )
     base_model: str = field(
-        default="models/{benchmark}/base",
+        default=DEFAULT_BASE,
         metadata={"help": "Model RL starts from: a local folder (save_pretrained layout; `{benchmark}` is filled in) "
                           "or a hub id, read through the hub cache (`pods fetch <id>` fetches it once)."},
     )

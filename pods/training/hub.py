@@ -28,12 +28,22 @@ _CACHE_SNAPSHOT = re.compile(
     r"(?:models|datasets)--(?P<owner>[^/]+?)--(?P<name>[^/]+)/snapshots/(?P<commit>[0-9a-f]{40})/?$")
 
 
+# First components that make `a/b` a local path: names the hub keeps for its own pages, which no
+# owner can take (`models/x` is a mistyped folder under models_dir, never a hub id).
+_RESERVED_OWNERS = frozenset({"models", "datasets", "spaces", "docs"})
+
+
 def is_hub_id(value: str | os.PathLike | None) -> bool:
-    """`owner/name` that is not a local path (a path that exists, or one written as a path, wins)."""
+    """`owner/name` that is not a local path. A path wins when it exists, is written as a path
+    (`./`, `~`, an absolute path, more than one `/`), or starts in a folder that exists here or in a
+    name the hub reserves (`models/`): a missing folder is then named as one, not fetched."""
     if value is None:
         return False
     text = str(value)
-    return bool(_HUB_ID.match(text)) and not text.startswith((".", "~")) and not Path(text).exists()
+    if not _HUB_ID.match(text) or text.startswith((".", "~")) or Path(text).exists():
+        return False
+    owner = text.split("/", 1)[0]
+    return owner not in _RESERVED_OWNERS and not Path(owner).is_dir()
 
 
 def local_name(hub_id: str, repo_type: str = "model") -> str:

@@ -366,6 +366,32 @@ def test_cli_analyze_writes_csv_and_markdown(tmp_path, capsys):
     assert "--n-boot: must be >= 200, got 20" in capsys.readouterr().err
 
 
+def test_analyze_names_a_missing_runs_folder_and_the_kind_of_file_study_takes(tmp_path, capsys):
+    """A workflow config given as --study and a runs folder that does not exist: both said in one
+    line, before anything is read or computed."""
+    from pathlib import Path
+
+    config = Path(__file__).resolve().parents[2] / "config/config.yaml"
+    missing = tmp_path / "nothing"
+    assert pods_main(["analyze", "--runs", str(missing), "--study", str(config), "--out", str(tmp_path / "s.csv")]) == 2
+    assert capsys.readouterr().err == (
+        f"pods analyze: error: runs folder {missing} does not exist (--runs takes a results folder holding runs/, "
+        f"e.g. results); {config} is a workflow config (snakemake --configfile), not a study file: --study takes the "
+        f"comparisons file the workflow writes from it, e.g. results/study.yaml\n")
+    # a layer in the config's form (comparisons over benchmarks and methods) is one too
+    layer = tmp_path / "layer.yaml"
+    layer.write_text(yaml.safe_dump({"comparisons": [{"name": "main", "design": "equal_update",
+                                                      "benchmarks": ["arith"], "methods": ["grpo-n4-m4"]}]}))
+    with pytest.raises(ValueError, match=r"layer.yaml is a workflow config \(snakemake --configfile\), not a study"):
+        analysis.load_study(layer)
+    make_study_runs(tmp_path)
+    assert pods_main(["analyze", "--runs", str(tmp_path), "--study", str(tmp_path / "none.yaml")]) == 2
+    assert capsys.readouterr().err == (
+        f"pods analyze: error: study file {tmp_path / 'none.yaml'} does not exist (--study takes the comparisons file "
+        f"the workflow writes, e.g. results/study.yaml)\n")
+    assert not (tmp_path / "s.csv").exists()
+
+
 def test_infinite_numbers_print_as_what_they_mean_in_their_column():
     # a speedup or an interval bound that is infinite is "inf"; a seed count past the search "> 1000"
     assert _fmt(float("inf")) == "inf" and _fmt(float("-inf")) == "-inf"

@@ -57,3 +57,23 @@ def test_a_hub_id_base_model_resolves_through_the_cache(cache):
     assert cfg.model_path() == cache / f"models--{QWEN.replace('/', '--')}/snapshots/{hub_cache._commit(QWEN)}"
     assert hub.is_hub_id(QWEN) and not hub.is_hub_id("models/arith/base") and not hub.is_hub_id("./a/b")
     assert not hub.is_hub_id("/abs/path") and not hub.is_hub_id(None)
+
+
+def test_a_mistyped_local_folder_is_named_missing_and_only_a_hub_id_is_offered_pods_fetch(cache, tmp_path,
+                                                                                         monkeypatch, capsys):
+    """`models/nope` (under the hub's reserved `models`, or any folder that exists here) is a local
+    path: its absence is said as a missing folder, in one line, and nothing is fetched."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results").mkdir()
+    assert not hub.is_hub_id("models/nope") and not hub.is_hub_id("results/nope") and hub.is_hub_id("Qwen/nope")
+    assert pods_main(["train", "max_steps=1", "base_model=models/nope", "run_dir=run"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("pods train: error: base_model: no model folder at models/nope (the folder does not exist); check "
+                   "the path, or build a base there as the workflow does: ATEN_CPU_CAPABILITY=avx2 pods warmstart "
+                   "benchmark=arith out_dir=models/nope\n")
+    assert not (tmp_path / "run").exists() and not (tmp_path / "models").exists()
+    assert pods_main(["train", "max_steps=1", "base_model=Qwen/nope", "run_dir=run"]) == 2  # hub-looking: fetch it
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("pods train: error: base_model: model Qwen/nope is not in the local hub cache")
+    assert err.endswith("fetch it where the hub is reachable: pods fetch Qwen/nope\n")

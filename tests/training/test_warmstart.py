@@ -211,13 +211,23 @@ def test_pods_warmstart_help_loads_no_model_library(tmp_path):
     assert "ATEN_CPU_CAPABILITY" in result.stdout and "loaded: []" in result.stdout, result.stdout + result.stderr
 
 
-def test_a_missing_base_names_the_command_that_builds_it(tmp_path):
+def test_a_missing_base_names_the_command_that_builds_it(tmp_path, monkeypatch):
     from pods.training.config import load_train_config
     from pods.training.trainer import check_base_model
 
     cfg = load_train_config(None, [f"base_model={tmp_path / 'base'}", f"run_dir={tmp_path / 'run'}"])
     with pytest.raises(FileNotFoundError) as refused:
-        check_base_model(cfg)
-    assert str(refused.value) == (f"base_model: no model folder at {tmp_path / 'base'}; build it as the workflow does: "
+        check_base_model(cfg, build=True)  # a folder of the user's own is never built unasked
+    assert str(refused.value) == (f"base_model: no model folder at {tmp_path / 'base'} (the folder does not exist); "
+                                  f"check the path, or build a base there as the workflow does: "
                                   f"ATEN_CPU_CAPABILITY=avx2 pods warmstart benchmark=arith "
                                   f"out_dir={tmp_path / 'base'}")
+    (tmp_path / "base").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"base is not a model folder \(it has no config.json\); check"):
+        check_base_model(cfg)
+    monkeypatch.chdir(tmp_path)  # the default base, not built when the caller does not ask for it
+    with pytest.raises(FileNotFoundError) as refused:
+        check_base_model(load_train_config(None, ["benchmark=arith_hard"]))
+    assert str(refused.value) == ("base_model: no model folder at models/arith_hard/base (the folder does not "
+                                  "exist); build it as the workflow does: ATEN_CPU_CAPABILITY=avx2 pods warmstart "
+                                  "benchmark=arith_hard out_dir=models/arith_hard/base")

@@ -361,6 +361,22 @@ def test_bad_config_fails_before_any_job_naming_the_key(tmp_path, bad, key):
     assert not (tmp_path / "results").exists() and not (tmp_path / "models").exists()
 
 
+@pytest.mark.parametrize("option, line", [
+    ("train={max_stepz: 5}", "unknown config key 'max_stepz' in the study's train (did you mean 'max_steps'?)"),
+    ("seeds=[-1]", "config: seeds.0: -1 is less than the minimum of 0"),  # the schema's, in the Snakefile
+    ("warmstart={overrides: {stepz: 5}}", "the warm start of benchmark 'arith' (warmstart.overrides, "
+     "benchmarks.arith.warmstart): unknown warmstart key 'stepz' in overrides (did you mean 'steps'?)"),
+])
+def test_a_config_error_under_snakemake_is_the_packages_one_line(tmp_path, option, line):
+    """As `pods` says a bad input: one line, no rule file, line number or traceback around it."""
+    proc = snakemake("-n", "figures", "--config", option, tmp=tmp_path, check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines()[-1] == f"pods: error: {line}"
+    text = proc.stdout + proc.stderr
+    assert text.count(line) == 1 and "pods: error:" not in text.replace(f"pods: error: {line}", "")
+    assert not any(word in text for word in ("Traceback", 'File "', ".smk", "Snakefile\", line ", "StudyError"))
+
+
 @pytest.mark.slow
 def test_hardware_profiles_give_threads_and_resources(tmp_path):
     """A profile's threads and scheduler resources reach the train jobs (the command line is
