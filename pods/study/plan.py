@@ -78,7 +78,6 @@ class Study:
         warmstart_config = config["warmstart"].get("config")
         if warmstart_config and not Path(warmstart_config).is_file():
             raise StudyError(f"warmstart.config: no file {warmstart_config}")
-        check_protocol(config)
         self._profiles: dict[str, HardwareProfile] = {}
         self.configs = RunConfigs(config, self.paths, self.profile)
         self.comparisons: list[Comparison] = expand(config, self.profile)
@@ -89,6 +88,7 @@ class Study:
             self.configs.warmstart_config(label)
         for comparison in self.comparisons:
             check_design(comparison, lambda run: self.run_configs[run].arm)
+        check_protocol(config)  # after every key is known to exist: a typo is named as a typo first
         if config.get("clock") == "cost":
             for hw in self.hardware:
                 if self.profile(hw).launcher != "none":

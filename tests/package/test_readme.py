@@ -15,8 +15,8 @@ RUN_BY = {
     'pip install "torch==2.13.0" -e ".[dev]" && snakemake --cores all reproduce':
         ("tests/workflow/test_workflow.py", "test_a_fresh_clone_regenerates_nothing_and_leaves_git_status_clean"),
     "pytest": (".ci/run", None),  # CI's pytest stage runs exactly this command's test set
-    "pods train --build-base max_steps=20 run_dir=runs/quick":
-        ("tests/training/test_quick_run.py", "test_the_readme_quick_run_builds_its_base_and_trains"),
+    "pods train max_steps=20":
+        ("tests/training/test_quick_run.py", "test_the_quick_run_from_a_fresh_folder_end_to_end"),
 }
 
 
