@@ -12,7 +12,10 @@ The Welch interval, the distributions and the log-rank test come from scipy.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
@@ -294,6 +297,25 @@ def _undecided(estimate: np.ndarray) -> Interval:
     return Interval(nan, nan.copy(), np.ones(np.shape(estimate)))
 
 
+@contextlib.contextmanager
+def undefined_is_nan():
+    """numpy warns when a row of resamples or seeds has no finite value to reduce (an all-NaN slice,
+    a mean of nothing, no degrees of freedom left); such a row is undefined here, which the NaN it
+    gives already says (and `_defined` turns into no interval), so the warning is noise."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            yield
+
+
+def _quiet(interval_function):
+    @functools.wraps(interval_function)
+    def wrapped(*args, **kwargs):
+        with undefined_is_nan():
+            return interval_function(*args, **kwargs)
+    return wrapped
+
+
 def _defined(interval: Interval) -> Interval:
     """An interval is a decision only where both its ends are finite and it has width: a zero or
     undefined spread of the resamples (every resample equal, too few of them, an infinite one)
@@ -305,6 +327,7 @@ def _defined(interval: Interval) -> Interval:
                     np.where(ok, np.nan_to_num(np.asarray(interval.p_value, dtype=float), nan=1.0), 1.0))
 
 
+@_quiet
 def percentile(replicates: np.ndarray, estimate: np.ndarray, k, paired: bool = False) -> Interval:
     """The plain per-seed percentile bootstrap (undercovers at a few seeds: kept as a reference)."""
     lo, hi = np.nanquantile(replicates, [ALPHA / 2, 1 - ALPHA / 2], axis=-1)
@@ -313,6 +336,7 @@ def percentile(replicates: np.ndarray, estimate: np.ndarray, k, paired: bool = F
     return _defined(Interval(lo, hi, p))
 
 
+@_quiet
 def expanded(replicates: np.ndarray, estimate: np.ndarray, k: int, paired: bool = False) -> Interval:
     """The expanded percentile bootstrap: percentile quantiles at Phi(-sqrt(k/(k-1)) t_{0.975, df})."""
     scale, df = _expansion(k, paired)
@@ -333,6 +357,7 @@ def expanded(replicates: np.ndarray, estimate: np.ndarray, k: int, paired: bool 
     return _defined(Interval(lo, hi, np.minimum(p, 1.0)))
 
 
+@_quiet
 def t_boot(replicates: np.ndarray, estimate: np.ndarray, k, paired: bool = False) -> Interval:
     """A t interval around the estimate with the bootstrap SD x sqrt(k/(k-1)) on 2k - 2 df (k - 1 paired)."""
     scale, df = _expansion(k, paired)

@@ -147,7 +147,8 @@ def _time_endpoint(e: Endpoint, t, base: Arm, meth: Arm, picks, fixed, paired: b
     log_est = stats.safe_log(value)
     log_reps = stats.safe_log(rep_value)
     # one seed's (pair's) SD of the log speedup, from the resamples' spread: planning input only
-    unit_sd = float(np.nanstd(log_reps, ddof=1) * math.sqrt(k) * math.sqrt(k / (k - 1))) if k > 1 else math.nan
+    with stats.undefined_is_nan():
+        unit_sd = float(np.nanstd(log_reps, ddof=1) * math.sqrt(k) * math.sqrt(k / (k - 1))) if k > 1 else math.nan
     interval = stats.BOOTSTRAP_INTERVALS[e.interval](stats.safe_log(rep_value)[None, :], log_est, k, paired)
     lo, hi, p = (float(np.exp(interval.low[0])), float(np.exp(interval.high[0])), float(interval.p_value[0]))
     if not np.isfinite(log_est[0]):
