@@ -21,7 +21,6 @@ It imports only what the GPU image has (torch, transformers, peft): no task, no 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
@@ -32,6 +31,8 @@ from types import SimpleNamespace
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, whether or not pods is installed
+
+from cost_report import report  # noqa: E402  (beside this script)
 
 from pods.grpo import kept_advantages  # noqa: E402
 from pods.selection import select  # noqa: E402
@@ -147,32 +148,15 @@ def main() -> int:
         rows[label] = {key: statistics.mean(s[key] for s in steps) for key in steps[0]}
         print(f"{label}: " + ", ".join(f"{k} {v:.3f} s" for k, v in rows[label].items()), flush=True)
         del model
-    cols = [*PHASES, "step"]
     print(f"\n{args.arch}, {args.rollout_engine} rollouts, {args.engine} update, 1 prompt/step, {args.prompt_tokens} "
-          f"prompt + "
-          f"{args.completion_tokens} completion tokens, micro-batch {args.micro_batch}, {args.steps} timed steps")
-    print("| arm | " + " | ".join(f"{c} s" for c in cols) + " |")
-    print("|---|" + "---|" * len(cols))
-    for label, row in rows.items():
-        print(f"| {label} | " + " | ".join(f"{row[c]:.3f}" for c in cols) + " |")
+          f"prompt + {args.completion_tokens} completion tokens, micro-batch {args.micro_batch}, {args.steps} timed "
+          "steps")
+    report(rows, ARMS, PHASES, out=args.out, hardware=args.hardware, device=args.device, settings={
+        "arch": args.arch, "weights": "random", "engine": args.engine, "rollout_engine": args.rollout_engine,
+        "prompts_per_step": 1, "prompt_tokens": args.prompt_tokens, "completion_tokens": args.completion_tokens,
+        "micro_batch": args.micro_batch, "beta": 0.04, "timed_steps": args.steps})
     grpo, pods, ga = (rows[k]["step"] for k in ARMS)
     print(f"step-cost ratio PODS/GRPO: {pods / grpo:.2f}; PODS/GRPO-GA: {pods / ga:.2f}")
-    if args.out:
-        methods = {label: method_for(n, m, "max_variance").name for label, (n, m) in ARMS.items()}
-        device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor()
-        costs = {
-            "hardware": args.hardware, "device": device_name,
-            "s_per_step": {methods[label]: row["step"] for label, row in rows.items()},
-            "phase_s_per_step": {methods[label]: {p: row[p] for p in PHASES} for label, row in rows.items()},
-            "settings": {"arch": args.arch, "weights": "random", "engine": args.engine,
-                         "rollout_engine": args.rollout_engine, "prompts_per_step": 1,
-                         "prompt_tokens": args.prompt_tokens, "completion_tokens": args.completion_tokens,
-                         "micro_batch": args.micro_batch, "beta": 0.04, "timed_steps": args.steps,
-                         "torch": torch.__version__},
-        }
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(costs, indent=2) + "\n")
-        print(f"phase costs -> {args.out} (pods project --costs {args.out})")
     return 0
 
 

@@ -23,7 +23,6 @@ batch balancing and, in the PODS arm, the drop). `--out` writes the phase-cost f
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
@@ -34,9 +33,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, whether or not pods is installed
 
+from cost_report import report  # noqa: E402  (beside this script)
+
 from pods.grpo import policy_loss  # noqa: E402
 from pods.vocabulary import STEP_PHASES as PHASES  # noqa: E402
-from pods.vocabulary import method_for  # noqa: E402
 
 ARMS = {"GRPO n=16": (16, 16), "PODS n=64->16": (64, 16)}
 ARCHS = {  # Qwen2.5-0.5B-Instruct's config.json (architecture only); `tiny` is its shape at toy size
@@ -241,29 +241,13 @@ def main() -> int:
 
     print(f"\n{args.arch}, verl {verl.__version__} driver, 1 prompt/step, {args.prompt_tokens} prompt + "
           f"{args.completion_tokens} completion tokens, micro-batch {MICRO_BATCH}, {args.steps} timed steps")
-    cols = [*PHASES, "step"]
-    print("| arm | " + " | ".join(f"{c} s" for c in cols) + " |")
-    print("|---|" + "---|" * len(cols))
-    for label, row in rows.items():
-        print(f"| {label} | " + " | ".join(f"{row[c]:.3f}" for c in cols) + " |")
+    report(rows, ARMS, PHASES, out=args.out, hardware=args.hardware, device=args.device, settings={
+        "trainer": f"verl {verl.__version__} RayPPOTrainer.fit, pods.integrations.verl", "arch": args.arch,
+        "weights": "random", "update": "full fine-tuning, AdamW", "prompts_per_step": 1,
+        "prompt_tokens": args.prompt_tokens, "completion_tokens": args.completion_tokens, "micro_batch": MICRO_BATCH,
+        "beta": BETA, "timed_steps": args.steps})
     grpo, pods = (rows[k]["step"] for k in ARMS)
     print(f"step-cost ratio PODS/GRPO (verl): {pods / grpo:.2f}")
-    if args.out:
-        methods = {label: method_for(n, m, "max_variance").name for label, (n, m) in ARMS.items()}
-        device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor()
-        costs = {
-            "hardware": args.hardware, "device": device_name,
-            "s_per_step": {methods[label]: row["step"] for label, row in rows.items()},
-            "phase_s_per_step": {methods[label]: {p: row[p] for p in PHASES} for label, row in rows.items()},
-            "settings": {"trainer": f"verl {verl.__version__} RayPPOTrainer.fit, pods.integrations.verl",
-                         "arch": args.arch, "weights": "random", "update": "full fine-tuning, AdamW",
-                         "prompts_per_step": 1, "prompt_tokens": args.prompt_tokens,
-                         "completion_tokens": args.completion_tokens, "micro_batch": MICRO_BATCH, "beta": BETA,
-                         "timed_steps": args.steps, "torch": torch.__version__},
-        }
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(costs, indent=2) + "\n")
-        print(f"phase costs -> {args.out} (pods project --costs {args.out})")
     return 0
 
 
