@@ -281,7 +281,8 @@ def test_schema_errors_name_the_key():
         study(train={"Max-Steps": 3})
 
 
-@pytest.mark.parametrize("layer", [None, "config/ablations.yaml", "config/alternatives.yaml", "config/decide.yaml"])
+@pytest.mark.parametrize("layer", [None, "config/ablations.yaml", "config/alternatives.yaml", "config/decide.yaml",
+                                   "config/confirm.yaml"])
 def test_the_committed_runs_are_what_the_study_resolves_now(layer):
     """Each committed run's config.yaml (what its trainer ran with) equals the config the shipped
     study gives it: a change to a defaults file, profile or study that would train them otherwise
