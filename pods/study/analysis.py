@@ -61,11 +61,13 @@ from pods.study.curves import (
     DEFAULT_ALIGN,
     RUN_KEYS,
     default_grid,
+    find_runs,
     load_runs,
     regular_grid,
     seed_matrix,
     step_time_table,
 )
+from pods.runs import run_key
 from pods.study.schema import load_schema, validate
 from pods.study.tables import summary_markdown, to_markdown, verdict_table, write_csv
 from pods.vocabulary import STEP_PHASES as PHASES
@@ -378,6 +380,22 @@ def at_least(minimum: int):
     return check
 
 
+def study_run_dirs(study: Sequence[Mapping], root: str | os.PathLike) -> list[Path]:
+    """The run directories under `root` that the study's comparisons read: their benchmark,
+    hardware and both arms, at the row's seeds where it names them. Only these are read and
+    checked, so a batch still training beside the finished ones (a confirmation's next look, a
+    study's other rows) neither stops nor enters the analysis."""
+    wanted = [(c["benchmark"], c["hardware"], arm, set(c.get("seeds") or []))
+              for c in study for arm in (c["baseline"], c["method"])]
+    keep = []
+    for run_dir in find_runs(root):
+        key = run_key(run_dir)
+        if any((key["benchmark"], key["hardware"], key["method"]) == (b, h, m) and (not seeds or key["seed"] in seeds)
+               for b, h, m, seeds in wanted):
+            keep.append(run_dir)
+    return keep
+
+
 def _cmd_analyze(args: argparse.Namespace) -> int:
     problems = []  # both inputs checked before any compute, every problem said in the one line
     if not Path(args.runs).is_dir():
@@ -389,7 +407,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         problems.append(str(exc))
     if problems:
         raise ValueError("; ".join(problems))
-    tables = load_runs(args.runs)
+    tables = load_runs(study_run_dirs(study, args.runs))
     table = summarize_study(study, tables.evals, tables.steps, tables.summaries, n_boot=args.n_boot, seed=args.seed)
     out = Path(args.out)
     write_csv(table, out)

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from helpers import make_study_runs, write_run
+from helpers import GRID, make_study_runs, write_run
 from pods.cli import main as pods_main
 from pods.study import analysis, verdict
 from pods.study.curves import (
@@ -464,3 +464,26 @@ def test_a_missing_setting_reads_missing_not_not_reached():
         {"setting": "a", "target_rule": "paper", "speedup": None, "status": "missing: a.json"},
         {"setting": "b", "target_rule": "paper", "speedup": None, "status": "not reached"}]))
     assert "| a | paper |  | missing: a.json |" in table and "| b | paper | not reached | not reached |" in table
+
+
+def test_analyze_reads_only_the_runs_its_study_names(tmp_path, capsys):
+    """A confirmation's look analyses its seeds while the next batch trains beside them: a run of
+    another seed still `running`, and a broken run of an arm no comparison names, change nothing."""
+    make_study_runs(tmp_path)
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({"comparisons": [
+        {"name": "main", "benchmark": "arith", "hardware": "cpu", "design": "equal_update", "baseline": "grpo-n4-m4",
+         "method": "pods-max_variance-n16-m4", "align": "nearest", "seeds": [0, 1, 2]}]}))
+    before, after = tmp_path / "before.csv", tmp_path / "after.csv"
+    assert pods_main(["analyze", "--runs", str(tmp_path), "--study", str(study), "--out", str(before)]) == 0
+    running = write_run(tmp_path, "grpo-n4-m4", 3, GRID, [0.1, 0.2, 0.3, 0.4, 0.5])
+    summary = json.loads((running / "summary.json").read_text())
+    (running / "summary.json").write_text(json.dumps({**summary, "status": "running"}))
+    broken = write_run(tmp_path, "grpo-n8-m8", 0, GRID, [0.1, 0.2, 0.3, 0.4, 0.5])
+    (broken / "evals.jsonl").write_text("{not json\n")
+    assert pods_main(["analyze", "--runs", str(tmp_path), "--study", str(study), "--out", str(after)]) == 0
+    assert after.read_bytes() == before.read_bytes()
+    # named by the study, the running seed is refused as before: only a complete run is a result
+    study.write_text(study.read_text().replace("- 2\n", "- 2\n  - 3\n"))
+    assert pods_main(["analyze", "--runs", str(tmp_path), "--study", str(study), "--out", str(after)]) == 2
+    assert "seed3/summary.json: status is 'running'" in capsys.readouterr().err

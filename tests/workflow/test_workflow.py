@@ -98,8 +98,9 @@ def finished_run(path: Path) -> None:
 
 
 def study_config(*layers: str) -> dict:
+    """The layers as the Snakefile merges them at the top level: the protocol first."""
     config = {}
-    for layer in ("config/config.yaml", *layers):
+    for layer in ("config/protocol.yaml", "config/config.yaml", *layers):
         config.update(yaml.safe_load((REPO / layer).read_text()))
     return config
 
@@ -121,8 +122,9 @@ def test_default_study_dry_run_trains_each_run_once(tmp_path):
     counts = job_counts(proc.stdout)
     assert counts["train"] == len(runs)
     assert counts["warmstart"] == 2 and counts["analyze"] == 1
-    # the cost clock: one measurement of every arm's step cost per benchmark, before its runs
-    assert config["clock"] == "cost" and counts["step_cost"] == 2
+    # the cost clock on the protocol's step costs (config/protocol.yaml `step_costs`): the committed
+    # measurement is read, never re-measured, wherever the results go
+    assert config["clock"] == "cost" and config["step_costs"] == "results/cost" and "step_cost" not in counts
 
     commands = train_commands(proc.stdout)
     assert len(commands) == len(runs)
@@ -136,6 +138,7 @@ def test_default_study_dry_run_trains_each_run_once(tmp_path):
         assert o["run_dir"] == str(run_at(tmp_path / "results/runs", o["benchmark"], o["hardware"], method, o["seed"]))
         assert o["base_model"] == str(tmp_path / f"models/{o['benchmark']}/base")
         assert o["num_threads"] == "1"
+        assert o["step_cost_file"] == f"results/cost/{o['benchmark']}/{o['hardware']}.json"
         seen.add((o["benchmark"], o["hardware"], method, int(o["seed"])))
     assert seen == runs
 
@@ -177,7 +180,8 @@ def test_cached_results_are_never_retrained(tmp_path):
     trainer = tmp_path / "train.yaml"
     trainer.write_text((REPO / study_config()["trainer_config"]).read_text())
     layer = tmp_path / "trainer.yaml"
-    layer.write_text(yaml.safe_dump({"trainer_config": str(trainer)}))
+    # another trainer file is another protocol (config/protocol.yaml), so the layer names its own
+    layer.write_text(yaml.safe_dump({"trainer_config": str(trainer), "protocol": "test-touched-trainer"}))
     for target in ("figures", "reproduce"):
         counts = job_counts(snakemake("-n", target, "--configfile", str(layer), tmp=tmp_path).stdout)
         assert "train" not in counts and "warmstart" not in counts
@@ -391,7 +395,8 @@ def test_hardware_profiles_give_threads_and_resources(tmp_path):
     (hw / "gpu.yaml").write_text(yaml.safe_dump(profile))
     layer = tmp_path / "gpu.yaml"
     layer.write_text(yaml.safe_dump({
-        "hardware_dir": str(hw), "seeds": [0], "clock": "time",  # the cost clock is one process's
+        # the cost clock is one process's: a multi-GPU study runs on a protocol of its own
+        "hardware_dir": str(hw), "seeds": [0], "clock": "time", "protocol": "test-gpu-time",
         "comparisons": [{"name": "main", "design": "equal_generation", "benchmarks": ["arith"],
                          "hardware": ["gpu"], "baseline": "grpo-n64-m64", "methods": ["pods-max_variance-n64-m16"]}],
     }))
@@ -513,7 +518,15 @@ def test_a_later_look_trains_only_its_own_seeds_even_when_the_bases_are_rebuilt(
         (results / "confirm").mkdir(exist_ok=True)
         shutil.copy(committed / "confirm" / name, results / "confirm" / name)
         os.utime(results / "confirm" / name, (now + i + 1, now + i + 1))
-    proc = snakemake("-n", "-p", "confirm", "--configfile", "config/decide.yaml", tmp=tmp_path)
+    # look 1's content stamps: what says its tables are fresh, whatever the files' times
+    (results / "stamps").mkdir()
+    for name in ("look_summary1.json", "look1.json"):
+        shutil.copy(committed / "stamps" / name, results / "stamps" / name)
+    # the design the sequence was declared on, beside the stamps that name it by relative path
+    shutil.copy(committed / "design_summary.csv", results / "design_summary.csv")
+    layer = tmp_path / "design.yaml"
+    layer.write_text(yaml.safe_dump({"confirmation": {"design_summary": str(results / "design_summary.csv")}}))
+    proc = snakemake("-n", "-p", "confirm", "--configfile", "config/decide.yaml", str(layer), tmp=tmp_path)
     counts = job_counts(proc.stdout)
     assert counts["warmstart"] == 2 and "step_cost" not in counts
     assert counts["train"] == 24
