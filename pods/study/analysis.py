@@ -55,6 +55,7 @@ import pandas as pd
 import yaml
 
 from pods.atomic import atomic_write_text
+from pods.runs import run_key
 from pods.study import stats, verdict
 from pods.study.curves import (
     AXES,
@@ -67,7 +68,6 @@ from pods.study.curves import (
     seed_matrix,
     step_time_table,
 )
-from pods.runs import run_key
 from pods.study.schema import load_schema, validate
 from pods.study.tables import summary_markdown, to_markdown, verdict_table, write_csv
 from pods.vocabulary import STEP_PHASES as PHASES
