@@ -322,14 +322,15 @@ def test_the_committed_runs_are_what_the_study_resolves_now(layer):
         assert recorded == resolved, run
 
 
-PROTOCOL_STUDIES = [None, "config/confirm.yaml", "config/field.yaml"]
+PROTOCOL_STUDIES = [None, "config/confirm.yaml", "config/declared/alternatives.yaml", "config/declared/ablations.yaml"]
 
 
 @pytest.mark.parametrize("layer", [None, *SHIPPED, "config/alternatives.yaml", "config/confirm.yaml",
-                                   "config/field.yaml"])
+                                   "config/declared/alternatives.yaml", "config/declared/ablations.yaml"])
 def test_every_study_keeps_the_protocol_or_names_its_own(layer):
     """A study either keeps the protocol (config/protocol.yaml) as it is or names another one; the
-    studies of the shipped protocol are the default study, its confirmation and the field study."""
+    studies of the shipped protocol are the default study, its confirmation and the two declared
+    studies (the field and the ablations)."""
     from pods.study.plan import check_protocol
 
     protocol = yaml.safe_load((REPO / "config/protocol.yaml").read_text())
@@ -431,13 +432,13 @@ def test_dapo_arms_are_named_by_their_method_and_dynamic_sampling_follows_the_na
 
 
 def test_the_field_study_resolves_cppo_and_greso_by_their_names():
-    """config/field.yaml (a draft): CPPO draws 4x the prompts and trains GRPO n = 16's update, GRESO is
-    DAPO with the filter; a layer may not set what a name decides; the step-cost job's shared keys are
+    """config/declared/alternatives.yaml (declared, not run): CPPO draws 4x the prompts and trains GRPO
+    n = 16's update, GRESO is DAPO with the filter; a layer may not set what a name decides; the step-cost job's shared keys are
     not a cppo run's own."""
-    s = study("config/field.yaml")
+    s = study("config/declared/alternatives.yaml")
     assert {run.method for run in s.runs} == {"grpo-n16-m16", "pods-max_variance-n64-m16", "cppo-n16-m4",
                                               "dapo-n16-m16", "greso-n16-m16", "dapo-max_variance-n64-m16"}
-    configs = {run.method: s.run_configs[run].config for run in s.runs if run.seed == 0 and run.benchmark == "arith"}
+    configs = {run.method: s.run_configs[run].config for run in s.runs if run.seed == 20 and run.benchmark == "arith"}
     cppo, grpo, pods = configs["cppo-n16-m4"], configs["grpo-n16-m16"], configs["pods-max_variance-n64-m16"]
     assert (cppo.completion_allocation, cppo.normalize_over, cppo.rule) == (True, "all", "max_abs_advantage")
     assert (cppo.prompts_drawn, cppo.rollouts_trained, cppo.rollouts_generated) == (32, grpo.rollouts_trained,
@@ -448,7 +449,7 @@ def test_the_field_study_resolves_cppo_and_greso_by_their_names():
     shared = command_overrides(s.step_cost_command("arith", "cpu"))
     assert not any(o.startswith(("completion_allocation", "normalize_over", "pre_rollout_filter")) for o in shared)
     with pytest.raises(StudyError, match="config key 'completion_allocation': is CPPO's.*set in the study's train"):
-        study("config/field.yaml", train={"completion_allocation": True, "normalize_over": "all"})
+        study("config/declared/alternatives.yaml", train={"completion_allocation": True, "normalize_over": "all"})
     dapo_only = [{"name": "x", "design": "equal_update", "benchmarks": ["arith"], "hardware": ["cpu"],
                   "baseline": "dapo-n16-m16", "methods": ["dapo-max_variance-n64-m16"]}]
     with pytest.raises(StudyError, match="a layer sets pre_rollout_filter, which the method name 'dapo-"):
