@@ -129,6 +129,39 @@ def verdict_table(table: pd.DataFrame) -> pd.DataFrame:
     return _one_axis_hidden(a.merge(b, on=keys, how="outer", sort=False))
 
 
+def field_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The README's "PODS beside the field": one row per comparison on the clock (not the step
+    axis), in the study's order. Its wall-clock speedup is (a)'s primary, the gain profile, with the
+    Holm-adjusted decision; learning per step is the same profile's step efficiency (baseline steps
+    / method steps to the same accuracy) and cost per step its step-cost ratio (method s/step /
+    baseline s/step), speedup = learning per step / cost per step; (b)'s primary beside them. Each
+    with its 95% interval, every number a column of the study's summary.csv."""
+    keys = _keys(table)
+    on_clock = table[table.apply(_on_time, axis=1)] if "axis" in table.columns else table
+    rows = []
+    for key in on_clock[keys].drop_duplicates().itertuples(index=False):
+        row = dict(zip(keys, key))
+        part = on_clock[(on_clock[keys] == pd.Series(row)).all(axis=1)]
+        by = {r["endpoint"]: r for r in part.to_dict("records")}
+        a, b = by.get(verdict.PRIMARY["a"].name), by.get(verdict.PRIMARY["b"].name)
+        if a is None or b is None:
+            continue
+        rows.append({
+            "benchmark": row["benchmark"],
+            "method": parse_method(row["method"]).label,
+            "against": parse_method(row["baseline"]).label,
+            "wall-clock speedup [95% CI]": _interval_text(a["estimate"], a["ci_low"], a["ci_high"]),
+            "(a) decision": a.get("verdict_adjusted", ""),
+            "learning per step [95% CI]": _interval_text(a.get("step_efficiency"), a.get("step_efficiency_ci_low"),
+                                                         a.get("step_efficiency_ci_high")),
+            "cost per step [95% CI]": _interval_text(a.get("step_cost_ratio"), a.get("step_cost_ratio_ci_low"),
+                                                     a.get("step_cost_ratio_ci_high")),
+            "mean accuracy difference [95% CI]": _interval_text(b["estimate"], b["ci_low"], b["ci_high"]),
+            "(b) decision": b.get("verdict_adjusted", ""),
+        })
+    return pd.DataFrame.from_records(rows)
+
+
 def secondary_table(table: pd.DataFrame) -> pd.DataFrame:
     """Every secondary endpoint, unadjusted: estimate [95% CI], p and its own decision."""
     rows = []

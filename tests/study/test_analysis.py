@@ -487,3 +487,34 @@ def test_analyze_reads_only_the_runs_its_study_names(tmp_path, capsys):
     study.write_text(study.read_text().replace("- 2\n", "- 2\n  - 3\n"))
     assert pods_main(["analyze", "--runs", str(tmp_path), "--study", str(study), "--out", str(after)]) == 2
     assert "seed3/summary.json: status is 'running'" in capsys.readouterr().err
+
+
+def test_the_field_table_reads_every_number_off_the_summary_and_the_docs_show_it_as_generated():
+    """PODS beside the field: one row per comparison on the clock, its speedup (a)'s primary, the
+    step efficiency and cost ratio of that row, (b)'s primary; every page that shows the table
+    (between `<!-- field:start -->` and `<!-- field:end -->`) shows it as the committed summary gives it."""
+    import re
+    from pathlib import Path
+
+    from pods.study.tables import field_table, to_markdown
+
+    root = Path(__file__).resolve().parents[2]
+    summary = pd.read_csv(root / "results/alternatives/summary.csv")
+    table = field_table(summary)
+    on_clock = summary[summary["axis"] != "step"]
+    assert len(table) == on_clock[["benchmark", "baseline", "method"]].drop_duplicates().shape[0]
+    a = on_clock[on_clock["endpoint"] == "gain_profile"].reset_index(drop=True)
+    b = on_clock[on_clock["endpoint"] == "mean_accuracy"].reset_index(drop=True)
+    for i, row in table.iterrows():
+        assert row["wall-clock speedup [95% CI]"].startswith(f"{a.loc[i, 'estimate']:.3g} [")
+        assert row["learning per step [95% CI]"].startswith(f"{a.loc[i, 'step_efficiency']:.3g} [")
+        assert row["cost per step [95% CI]"].startswith(f"{a.loc[i, 'step_cost_ratio']:.3g} [")
+        assert row["mean accuracy difference [95% CI]"].startswith(f"{b.loc[i, 'estimate']:.3g} [")
+        decisions = (a.loc[i, "verdict_adjusted"], b.loc[i, "verdict_adjusted"])
+        assert (row["(a) decision"], row["(b) decision"]) == decisions
+    pages = [p for p in (root / "README.md", *sorted((root / "docs").glob("*.md")))
+             if "<!-- field:start -->" in p.read_text()]
+    assert pages
+    for page in pages:
+        shown = re.search(r"<!-- field:start -->\n(.*?)<!-- field:end -->", page.read_text(), flags=re.S).group(1)
+        assert shown == to_markdown(table), page

@@ -433,8 +433,8 @@ def test_dapo_arms_are_named_by_their_method_and_dynamic_sampling_follows_the_na
 
 def test_the_field_study_resolves_cppo_and_greso_by_their_names():
     """config/declared/alternatives.yaml (declared, not run): CPPO draws 4x the prompts and trains GRPO
-    n = 16's update, GRESO is DAPO with the filter; a layer may not set what a name decides; the step-cost job's shared keys are
-    not a cppo run's own."""
+    n = 16's update, GRESO is DAPO with the filter; a layer may not set what a name decides; the
+    step-cost job's shared keys are not a cppo run's own."""
     s = study("config/declared/alternatives.yaml")
     assert {run.method for run in s.runs} == {"grpo-n16-m16", "pods-max_variance-n64-m16", "cppo-n16-m4",
                                               "dapo-n16-m16", "greso-n16-m16", "dapo-max_variance-n64-m16"}
