@@ -41,6 +41,8 @@ if CONFIRM:
                                     and Path(_paths["study_look"]).read_text() == look_study_text(_k))
         derived(f"look_summary{_k}", lambda k=_k: {"study": look_files(k)["study_look"], "runs": look_runs(k)},
                 upstream=[f"look_study{_k}"])
+        derived(f"look_check{_k}", lambda k=_k: {"study": look_files(k)["study_look"], "runs": look_runs(k)},
+                upstream=[f"look_study{_k}"])
         derived(f"look{_k}", lambda k=_k: {"design": CONFIRM["design_summary"],
                                            "looks": [look_files(i)["summary_look"] for i in range(1, k + 1)]},
                 CONFIRM_PARAMS, upstream=[f"look_summary{i}" for i in range(1, _k + 1)])
@@ -69,6 +71,23 @@ if CONFIRM:
             runs = [f"{path}/{name}" for path in look_run_dirs(wildcards.k) for name in ("evals.jsonl", "steps.jsonl")]
             write_stamp(f"look_summary{wildcards.k}", {"study": input.study, "runs": runs})
 
+    # the population model the calibration rests on, against the confirmation's own held-out seeds
+    # (pods calibrate --check-only; docs/verdict.md): run for the look the sequence stops at
+    rule look_check:
+        input:
+            unpack(lambda wc: by_content(f"look_check{wc.k}")),
+        output:
+            f"{CONFIRM_DIR}/check_look{{k}}.md",
+        params:
+            runs=RUNS,
+        localrule: True
+        log:
+            f"{LOGS}/confirm/check_look{{k}}.log",
+        run:
+            shell("pods calibrate --check-only --runs {params.runs} --study {input.study} --out {output} > {log} 2>&1")
+            runs = [f"{path}/{name}" for path in look_run_dirs(wildcards.k) for name in ("evals.jsonl", "steps.jsonl")]
+            write_stamp(f"look_check{wildcards.k}", {"study": input.study, "runs": runs})
+
     checkpoint look:
         input:
             unpack(lambda wc: by_content(f"look{wc.k}")),
@@ -93,9 +112,15 @@ if CONFIRM:
                 return table
             k += 1
 
+    def confirmation_inputs(wc):
+        table = confirmation_done(wc)
+        k = Path(table).stem.removeprefix("look")
+        return {"look": table, "check": f"{CONFIRM_DIR}/check_look{k}.md"}
+
     rule confirm:
         input:
-            confirmation_done,
+            unpack(confirmation_inputs),
         localrule: True
         run:
-            print(Path(input[0]).with_suffix(".md").read_text(), end="")
+            print(Path(input.look).with_suffix(".md").read_text(), end="")
+            print(Path(input.check).read_text().split("\n\n", 1)[1], end="")

@@ -409,6 +409,18 @@ def predictive_summary(z: np.ndarray) -> dict:
             "inside_95": float(np.mean(np.abs(z) <= 1.96)), "p_value": float(min(p, 1.0))}
 
 
+def predictive_line(comparisons: list[dict]) -> str:
+    """The predictive check over a study's comparisons in one sentence: every comparison's two arms
+    (an arm that serves two comparisons is held out in each)."""
+    z = np.concatenate([predictive_check(c["t"], arm) for c in comparisons for arm in (c["base"], c["meth"])]
+                       or [np.array([])])
+    check = predictive_summary(z)
+    return (f"Predictive check of the population model (leave one seed out, mean_accuracy, {check['held_out']} "
+            f"held-out runs, read through Student's t): RMS z {check['rms_z']:.2f} (1 under the model), "
+            f"{check['inside_95']:.0%} inside the 95% predictive interval, p = {check['p_value']:.2g}"
+            + (" (passes: p >= 0.05)" if check["p_value"] >= 0.05 else " (fails: p < 0.05)"))
+
+
 SECONDARY_TIMES = ("paper_0.99", "isotonic_0.99")  # time to 99% of the peak: the paper's rule, and its fit
 
 
@@ -435,13 +447,7 @@ def report(table: pd.DataFrame, comparisons: list[dict], seeds: int) -> str:
                      f"{r.coverage_min:.3f}-{r.coverage_max:.3f}", f"{r.false_side_max:.3f}"]
         power = float(np.median(np.array(powers)[np.isfinite(powers)])) if np.isfinite(powers).any() else math.nan
         lines.append(f"| {e.name} | {effect:g} | " + " | ".join(cells) + f" | {power:.2f} |")
-    z = np.concatenate([predictive_check(c["t"], arm) for c in comparisons for arm in (c["base"], c["meth"])]
-                       or [np.array([])])
-    check = predictive_summary(z)
-    lines += ["", f"Predictive check of the population model (leave one seed out, mean_accuracy, {check['held_out']} "
-              f"held-out runs, read through Student's t): RMS z {check['rms_z']:.2f} (1 under the model), "
-              f"{check['inside_95']:.0%} inside the 95% predictive interval, p = {check['p_value']:.2g}"
-              + (" (passes: p >= 0.05)" if check["p_value"] >= 0.05 else " (fails: p < 0.05)"), ""]
+    lines += ["", predictive_line(comparisons), ""]
     secondary = table[table["endpoint"].isin(SECONDARY_TIMES) & (table["seeds"] == seeds)
                       & (table["scenario"] == "fitted") & (table["interval_method"] == "hull")]
     if len(secondary):

@@ -17,7 +17,7 @@ import pandas as pd
 
 from pods.atomic import atomic_write_text
 from pods.study import calibration, plots, stats, verdict
-from pods.study.analysis import comparison_arms, comparison_label, comparison_paired, load_study
+from pods.study.analysis import comparison_arms, comparison_label, comparison_paired, load_study, study_run_dirs
 from pods.study.curves import load_runs
 from pods.study.tables import (
     cost_sources,
@@ -144,7 +144,7 @@ def add_project_arguments(p: argparse.ArgumentParser) -> None:
 def comparisons_from_runs(runs, study_path, align: str | None = None) -> list[dict]:
     """The study's comparisons as calibrate() takes them: each arm's curves on the comparison's grid."""
     study = load_study(study_path)
-    tables = load_runs(runs)
+    tables = load_runs(study_run_dirs(study, runs))  # only the runs the study names (pods analyze reads the same)
     out = {}
     for comp in study:
         label = comparison_label(comp)
@@ -158,13 +158,21 @@ def comparisons_from_runs(runs, study_path, align: str | None = None) -> list[di
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     comps = comparisons_from_runs(args.runs, args.study)
+    if args.check_only:  # the population model against held-out seeds, without the simulations
+        line = calibration.predictive_line(comps)
+        if args.out is not None:
+            out = Path(args.out).with_suffix(".md")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(out, f"## Predictive check ({args.study}; pods.study.calibration)\n\n{line}\n")
+        print(line)
+        return 0
     shipped, seeds = seed_counts(comps)
     if args.seeds:  # the first one given is the one the declared primaries are reported at
         seeds = [int(s) for s in str(args.seeds).split(",")]
         shipped = seeds[0]
     table = calibration.calibrate(comps, seeds=seeds, studies=args.studies, boot=args.boot, seed=args.seed,
                                   tails=args.tails, primary_studies=args.primary_studies, shipped=shipped)
-    out = Path(args.out)
+    out = Path(args.out or "results/calibration.csv")
     out.parent.mkdir(parents=True, exist_ok=True)
     write_csv(table, out)
     table.attrs["studies"] = args.studies
@@ -207,5 +215,9 @@ def add_calibrate_arguments(p: argparse.ArgumentParser) -> None:
                         "(500 or more: a coverage's Monte-Carlo error under 0.01)")
     p.add_argument("--tails", choices=("normal", "t3"), default="normal", help="the noise's distribution")
     p.add_argument("--seed", type=int, default=0, help="RNG seed (the table is deterministic given it)")
-    p.add_argument("--out", default="results/calibration.csv", help="CSV path; the .md goes beside it")
+    p.add_argument("--out", default=None, help="CSV path; the .md goes beside it (default results/calibration.csv; "
+                                              "with --check-only only the .md, and only when given)")
+    p.add_argument("--check-only", action="store_true",
+                   help="only the leave-one-seed-out predictive check of the population model (seconds, no "
+                        "simulated studies): whether the model the calibration rests on predicts held-out seeds")
     p.set_defaults(func=_cmd_calibrate)

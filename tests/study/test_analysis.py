@@ -518,3 +518,26 @@ def test_the_field_table_reads_every_number_off_the_summary_and_the_docs_show_it
     for page in pages:
         shown = re.search(r"<!-- field:start -->\n(.*?)<!-- field:end -->", page.read_text(), flags=re.S).group(1)
         assert shown == to_markdown(table), page
+
+
+def test_calibrate_check_only_prints_the_predictive_check_of_the_study_it_names(tmp_path, capsys):
+    """`pods calibrate --check-only`: the leave-one-seed-out check over the study's arms, the same
+    sentence the full calibration ends with, written to the .md only when --out is given."""
+    from pods.study import calibration
+    from pods.study.views import comparisons_from_runs
+
+    make_study_runs(tmp_path)
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({"comparisons": [
+        {"name": "main", "benchmark": "arith", "hardware": "cpu", "design": "equal_update", "baseline": "grpo-n4-m4",
+         "method": "pods-max_variance-n16-m4", "align": "nearest", "seeds": [0, 1, 2]}]}))
+    running = write_run(tmp_path, "grpo-n4-m4", 3, GRID, [0.1, 0.2, 0.3, 0.4, 0.5])  # not the study's: unread
+    (running / "summary.json").write_text("{}")
+    assert pods_main(["calibrate", "--check-only", "--runs", str(tmp_path), "--study", str(study)]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line == calibration.predictive_line(comparisons_from_runs(tmp_path, study))
+    assert line.startswith("Predictive check of the population model (leave one seed out, mean_accuracy, 6 held-out")
+    assert not list(tmp_path.glob("*.csv")) and not (tmp_path / "results").exists()
+    out = tmp_path / "check.md"
+    assert pods_main(["calibrate", "--check-only", "--runs", str(tmp_path), "--study", str(study), "--out", str(out)]) == 0
+    assert out.read_text().endswith(line + "\n") and not out.with_suffix(".csv").exists()

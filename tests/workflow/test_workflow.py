@@ -251,7 +251,7 @@ def test_a_fresh_clone_regenerates_nothing_and_leaves_git_status_clean(tmp_path)
     planned = run("-n", "confirm", "--configfile", "config/confirm.yaml")
     if "Job stats" in planned:                                     # unfinished: the next batch only
         jobs = set(job_counts(planned)) - {"total"}
-        assert jobs <= {"warmstart", "train", "look_study", "look_summary", "look", "confirm"}, jobs
+        assert jobs <= {"warmstart", "train", "look_study", "look_summary", "look", "look_check", "confirm"}, jobs
         committed = sorted((clone / "results/confirm/confirm").glob("summary_look*.csv"))
         for path in committed:
             assert f"output: {path.relative_to(clone)}" not in planned, path
