@@ -539,5 +539,6 @@ def test_calibrate_check_only_prints_the_predictive_check_of_the_study_it_names(
     assert line.startswith("Predictive check of the population model (leave one seed out, mean_accuracy, 6 held-out")
     assert not list(tmp_path.glob("*.csv")) and not (tmp_path / "results").exists()
     out = tmp_path / "check.md"
-    assert pods_main(["calibrate", "--check-only", "--runs", str(tmp_path), "--study", str(study), "--out", str(out)]) == 0
+    args = ["calibrate", "--check-only", "--runs", str(tmp_path), "--study", str(study)]
+    assert pods_main([*args, "--out", str(out)]) == 0
     assert out.read_text().endswith(line + "\n") and not out.with_suffix(".csv").exists()
