@@ -470,8 +470,8 @@ def decomposition_figure(table: pd.DataFrame, stem: str | os.PathLike, rule: str
         lo = min(rows["step_cost_ratio_ci_low"].min(), rows["step_efficiency_ci_low"].min()) * 0.8
         hi = max(rows["step_cost_ratio_ci_high"].max(), rows["step_efficiency_ci_high"].max()) * 1.25
         _speedup_lines(ax, (lo, hi), slope_of_speedup=True)
-        ax.set_xlabel("Step-cost ratio (PODS s/step / baseline s/step)")
-        ax.set_ylabel("Step-efficiency ratio\n(baseline steps / PODS steps to the target)")
+        ax.set_xlabel("Step-cost ratio (method s/step / baseline s/step)")
+        ax.set_ylabel("Step-efficiency ratio\n(baseline steps / method steps to the target)")
         ax.set_title(f"speedup = step efficiency / step cost ({rule} rule, 95% intervals)")
         ax.grid(alpha=0.3, which="both")
         ax.legend(loc="best", fontsize=9)
@@ -587,7 +587,7 @@ def projection_figure(decomposition: pd.DataFrame, projection: pd.DataFrame, ste
                             f"{', '.join(dict.fromkeys(name.split(' (')[0] for name in part['projected_onto']))}", 110))
         _log_axes(ax)
         _speedup_lines(ax, x_range, slope_of_speedup=False)
-        ax.set_xlabel("Step-cost ratio (PODS s/step / baseline s/step)")
+        ax.set_xlabel("Step-cost ratio (method s/step / baseline s/step)")
         ax.set_ylabel("Speedup to the target")
         ax.set_title(f"Measured and projected speedups ({rule} rule); hollow = projection", fontsize=11)
         ax.grid(alpha=0.3, which="both")
