@@ -140,6 +140,10 @@ def test_a_comparison_past_its_boundary_that_waits_in_the_sequence_says_why(tmp_
     assert any(line.endswith("1.06 [0.80, 1.40], z 0.43 (boundary 2.04) undecided") for line in lines)
     assert any(line.endswith("1.40 [1.15, 1.70], z 3.15 (boundary 2.04) undecided (past its boundary, but the fixed "
                              "sequence tests it only after arith equal_update decides)") for line in lines)
+    # the paper's 1.7x, by the repeated intervals: [0.80, 1.40] lies below it, [1.15, 1.70] holds it
+    assert lines[5] == ("      the paper's >= 1.7x for PODS over GRPO, judged by each repeated interval (reach it: "
+                        "all of it >= 1.7; fall short: all of it below): fall short of it: arith equal_update; "
+                        "cannot tell: arith equal_generation")
 
 
 def test_a_study_prints_only_the_confirmation_of_its_own_comparisons(tmp_path):
