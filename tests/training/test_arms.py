@@ -247,6 +247,28 @@ def test_greso_in_the_loop_skips_recurring_flat_prompts_and_resumes_exactly(base
     assert [e for e in evals("resumed") if e[0] != 5] == evals("straight")  # less the first budget's last
 
 
+def test_greso_trains_as_dapo_while_no_prompt_has_come_back(base, tmp_path, toy_task):
+    """The filter only acts on prompts generated before: within the first pass over the toy's 64
+    prompts (3 steps of at most 2 rounds of 8) GRESO logs DAPO's steps and evaluations exactly, as
+    on the embedded tasks, where no run comes back to a prompt (docs/field.md)."""
+    common = [o for o in GRESO if not o.startswith("pre_rollout_filter")] + ["max_steps=3"]
+    train(config(base, tmp_path / "greso", *common, "pre_rollout_filter=true"), progress_bar=False)
+    train(config(base, tmp_path / "dapo", *common), progress_bar=False)
+    keys = [k for k in GRESO_KEYS if k not in ("prompts_skipped", "filter_p_easy", "filter_p_hard")]
+
+    def pick(run, name):
+        return [{k: r.get(k) for k in keys} for r in read_jsonl(tmp_path / run / name, finished=True)]
+
+    greso = read_jsonl(tmp_path / "greso" / "steps.jsonl", finished=True)
+    assert len(greso) == 3 and sum(r["prompts_skipped"] for r in greso) == 0
+    assert pick("greso", "steps.jsonl") == pick("dapo", "steps.jsonl")
+    def evals(run):  # what was evaluated and scored; the seconds it took are the machine's
+        return [(r["step"], r["accuracy"], r["mean_length"]) for r in read_jsonl(tmp_path / run / "evals.jsonl",
+                                                                                 finished=True)]
+
+    assert evals("greso") == evals("dapo")
+
+
 def test_a_run_without_the_filter_saves_no_filter_state(base, tmp_path, toy_task):
     train(config(base, tmp_path / "run", "n=8", "m=4", "dynamic_sampling=true", "max_steps=1",
                  "checkpoint_every_s=0"), progress_bar=False)
