@@ -527,15 +527,19 @@ def speedup_profile_figure(profile: pd.DataFrame, stem: str | os.PathLike,
         return save_figure(fig, stem)
 
 
-def time_to_target_figure(curves: Sequence[tuple[str, float, dict | None]], stem: str | os.PathLike) -> list[Path]:
-    """Per comparison, the Kaplan-Meier fraction of seeds that have reached the target by each
-    training time (censored at T), baseline and method: the log-rank test's view. A comparison
-    without a target (`arms` None: neither fitted curve rises) gets a panel that says so."""
+CLOCK_LABELS = {"time": "Training time (s)", "cost": "Cost clock (s): steps x measured s/step"}
+
+
+def time_to_target_figure(curves: Sequence[tuple], stem: str | os.PathLike) -> list[Path]:
+    """Per comparison (label, target, arms, and optionally its clock: `time` or `cost`), the
+    Kaplan-Meier fraction of seeds that have reached the target by each time on that clock
+    (censored at T), baseline and method: the log-rank test's view. A comparison without a target
+    (`arms` None: neither fitted curve rises) gets a panel that says so."""
     if not curves:
         raise ValueError(f"no comparison to draw in {stem}")
     with plt.rc_context(STYLE):
         fig, axes = _panels(len(curves))
-        for ax, (label, target, arms) in zip(axes, curves):
+        for ax, (label, target, arms, *clock) in zip(axes, curves):
             if arms is None:
                 _no_data(ax, label, "no target: neither arm's fitted curve\nrises above its start within T")
                 continue
@@ -543,7 +547,7 @@ def time_to_target_figure(curves: Sequence[tuple[str, float, dict | None]], stem
                 times, fraction = arms[name]
                 ax.step(times, 100 * fraction, where="post", color=color, label=name)
             ax.set_title(f"{_wrap(label, TITLE_WIDTH)}\ntarget {100 * target:.1f}%", fontsize=10)
-            ax.set_xlabel("Training time (s)")
+            ax.set_xlabel(CLOCK_LABELS.get(clock[0] if clock else "time", CLOCK_LABELS["time"]))
             ax.set_ylabel("Seeds at the target (%)")
             ax.set_ylim(-3, 103)
             ax.grid(alpha=0.3)

@@ -49,7 +49,7 @@ def verdict_views(runs, study_path, out_dir, figures_dir, studies: int = 200, bo
     time_to_target.{png,pdf} (Kaplan-Meier) in `figures_dir`, for every comparison of the study
     on the training clock."""
     study = load_study(study_path)
-    tables = load_runs(runs)
+    tables = load_runs(study_run_dirs(study, runs))
     profile_rows, km, comps = [], [], []
     seen = set()
     for comp in study:
@@ -67,8 +67,9 @@ def verdict_views(runs, study_path, out_dir, figures_dir, studies: int = 200, bo
         if target is None:
             target = stats.isotonic_rule(grid, base.curves.mean(axis=0)[None, :], meth.curves.mean(axis=0)[None, :],
                                          0.99).target[0]
-        km.append((label, float(target), verdict.survival_curves(grid, base, meth, float(target)))
-                  if np.isfinite(target) else (label, math.nan, None))
+        axis = comp.get("axis", verdict.DEFAULT_AXIS)
+        km.append((label, float(target), verdict.survival_curves(grid, base, meth, float(target)), axis)
+                  if np.isfinite(target) else (label, math.nan, None, axis))
         comps.append({"label": label, "t": grid, "base": base.curves, "meth": meth.curves,
                       "fixed": comp.get("target_accuracy"), "paired": comparison_paired(comp)})
     out_dir, figures_dir = Path(out_dir), Path(figures_dir)
