@@ -25,6 +25,10 @@ if CONFIRM:
         missing ones; finished ones, the earlier looks' included, are read as they are)."""
         return sorted({f for path in look_run_dirs(k) for f in run_inputs(path)})
 
+    def look_logs(k) -> list[str]:
+        """The logs a look's analysis read, once its runs are trained: what its stamps record."""
+        return [f"{path}/{name}" for path in look_run_dirs(k) for name in ("evals.jsonl", "steps.jsonl")]
+
     def look_study_text(k) -> str:
         rows = [{**row, "seeds": look_seeds(k)} for row in COMPARISONS]
         return yaml.safe_dump({"comparisons": rows}, sort_keys=False)
@@ -68,8 +72,7 @@ if CONFIRM:
             f"{LOGS}/confirm/analyze_look{{k}}.log",
         run:
             shell("pods analyze --runs {params.runs} --study {input.study} --out {output} > {log} 2>&1")
-            runs = [f"{path}/{name}" for path in look_run_dirs(wildcards.k) for name in ("evals.jsonl", "steps.jsonl")]
-            write_stamp(f"look_summary{wildcards.k}", {"study": input.study, "runs": runs})
+            write_stamp(f"look_summary{wildcards.k}", {"study": input.study, "runs": look_logs(wildcards.k)})
 
     # the population model the calibration rests on, against the confirmation's own held-out seeds
     # (pods calibrate --check-only; docs/verdict.md): run for the look the sequence stops at
@@ -85,8 +88,7 @@ if CONFIRM:
             f"{LOGS}/confirm/check_look{{k}}.log",
         run:
             shell("pods calibrate --check-only --runs {params.runs} --study {input.study} --out {output} > {log} 2>&1")
-            runs = [f"{path}/{name}" for path in look_run_dirs(wildcards.k) for name in ("evals.jsonl", "steps.jsonl")]
-            write_stamp(f"look_check{wildcards.k}", {"study": input.study, "runs": runs})
+            write_stamp(f"look_check{wildcards.k}", {"study": input.study, "runs": look_logs(wildcards.k)})
 
     checkpoint look:
         input:
