@@ -29,11 +29,16 @@ def _key(row: Mapping) -> tuple:
     return tuple(row[k] for k in KEYS)
 
 
-def plan_order(design: pd.DataFrame, seeds: int) -> dict[str, list[tuple]]:
+def plan_order(design: pd.DataFrame, seeds: int, analysed: set[tuple] | None = None) -> dict[str, list[tuple]]:
     """Each question's primaries in the order they are tested: highest a-priori power first, at the
     confirmation's capped seed count, the endpoint's declared minimum effect and the exploratory
-    study's per-seed SD (`unit_sd` of its summary). Ties keep the exploratory study's row order."""
+    study's per-seed SD (`unit_sd` of its summary). Ties keep the exploratory study's row order.
+    `analysed` (the comparisons' keys a look analyses) keeps only the exploratory rows the
+    confirmation tests again: a screen's summary may hold comparisons it leaves out, and a primary
+    no look analyses would stay undecided and block the fixed sequence behind it."""
     order: dict[str, list[tuple]] = {}
+    if analysed is not None:
+        design = design[[_key(row) in analysed for row in design.to_dict("records")]]
     primaries = design[(design["role"] == "primary") & design.get("axis", pd.Series("time",
                                                                                     index=design.index)).isin(verdict.CLOCKS)]
     for question, rows in primaries.groupby("question", sort=True):
@@ -184,10 +189,10 @@ def _cmd_confirm(args) -> int:
     from pods.study.tables import read_summary_table, write_csv
 
     design = read_summary_table(args.design)
-    order = plan_order(design, args.batch * args.max_looks)
     if not args.looks or len(args.looks) > args.max_looks:
         raise ValueError(f"--looks: 1 to {args.max_looks} look summaries, got {len(args.looks)}")
     summaries = [read_summary_table(path) for path in args.looks]
+    order = plan_order(design, args.batch * args.max_looks, {_key(row) for row in summaries[0].to_dict("records")})
     looks = [look_z(summary, order) for summary in summaries]
     hypotheses = max(len(keys) for keys in order.values())
     levels = hypotheses if args.procedure == "holm" else 1
@@ -206,7 +211,8 @@ def _cmd_confirm(args) -> int:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--design", required=True, help="the exploratory study's summary.csv (orders the sequence)")
+    parser.add_argument("--design", required=True,
+                        help="the exploratory study's summary.csv: orders the comparisons the looks analyse")
     parser.add_argument("--looks", nargs="+", required=True, help="each look's summary.csv, first look first")
     parser.add_argument("--batch", type=int, required=True, help="new seed pairs per look")
     parser.add_argument("--max-looks", type=int, required=True, help="looks at most (the cap)")

@@ -148,6 +148,10 @@ def test_a_confirmation_orders_its_primaries_by_a_priori_power_and_decides_by_lo
     ])
     order = confirm.plan_order(design, seeds=16)
     assert [k[0] for k in order["b"]] == ["arith_hard", "arith"] and len(order["a"]) == 1
+    # a screen's summary holds comparisons the confirmation leaves out: only those its looks analyse
+    # are ordered (one never analysed would stay undecided and block the sequence behind it)
+    only = confirm.plan_order(design, seeds=16, analysed={order["b"][1], order["a"][0]})
+    assert only == {"a": order["a"], "b": [order["b"][1]]}
 
     def look(p_hard, p_arith, est=0.02, k=1):
         return _summary([
@@ -188,7 +192,10 @@ def test_pods_confirm_writes_the_decisions_after_each_look(tmp_path, capsys):
 
     rows = lambda **kw: [{"benchmark": b, "design": "equal_update", "question": q, "endpoint": e, **kw}  # noqa: E731
                          for b in ("arith", "arith_hard") for q, e in (("a", "gain_profile"), ("b", "mean_accuracy"))]
-    _summary(rows(unit_sd=0.01)).to_csv(tmp_path / "design.csv", index=False)
+    # the design (a screen's summary) also holds a comparison the looks leave out, first by power
+    extra = {"benchmark": "arith", "design": "equal_update", "question": "b", "endpoint": "mean_accuracy",
+             "baseline": "dapo-n16-m16", "unit_sd": 0.001}
+    _summary(rows(unit_sd=0.01) + [extra]).to_csv(tmp_path / "design.csv", index=False)
     _summary(rows(estimate=1.5, p_value=0.3)).to_csv(tmp_path / "look1.csv", index=False)
     _summary(rows(estimate=1.5, p_value=1e-8, look=2)).to_csv(tmp_path / "look2.csv", index=False)
     out = tmp_path / "confirm" / "look2.csv"
