@@ -32,6 +32,8 @@ COMMANDS = {
                   "coverage, false decisions and power of every endpoint, by simulation"),
     "project": ("pods.study.views:add_project_arguments",
                 "speedup = step efficiency / step cost beside the paper's, and projections onto other hardware"),
+    "groups": ("pods.study.views:add_groups_arguments",
+               "each arm's share of flat prompt groups and prompts drawn: what a pre-rollout filter could save"),
     "plot": ("pods.study.plots", "figures from run metrics (PNG + PDF)"),
     "paper": ("pods.paper.cli", "the paper's figures from the authors' released results"),
 }

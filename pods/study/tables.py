@@ -132,12 +132,19 @@ def verdict_table(table: pd.DataFrame) -> pd.DataFrame:
 def field_table(table: pd.DataFrame) -> pd.DataFrame:
     """The README's "PODS beside the field": one row per comparison on the clock (not the step
     axis), in the study's order. Its wall-clock speedup is (a)'s primary, the gain profile, with the
-    Holm-adjusted decision; learning per step is the same profile's step efficiency (baseline steps
-    / method steps to the same accuracy) and cost per step its step-cost ratio (method s/step /
-    baseline s/step), speedup = learning per step / cost per step; (b)'s primary beside them. Each
-    with its 95% interval, every number a column of the study's summary.csv."""
+    Holm-adjusted decision; learning per step is the same pair's gain profile aligned by optimiser
+    steps (its `axis: step` row; a study without one: the clock row's step efficiency, baseline steps
+    / method steps to the same accuracy) and cost per step the step-cost ratio (method s/step /
+    baseline s/step), so on the cost clock speedup = learning per step / cost per step; (b)'s
+    primary beside them. Each with its 95% interval, every number a column of the study's
+    summary.csv."""
     keys = _keys(table)
     on_clock = table[table.apply(_on_time, axis=1)] if "axis" in table.columns else table
+    by_steps = {}
+    if "axis" in table.columns:
+        pair = [k for k in keys if k != "axis"]
+        for r in table[(table["axis"] == "step") & (table["endpoint"] == verdict.PRIMARY["a"].name)].to_dict("records"):
+            by_steps[tuple(r[k] for k in pair)] = r
     rows = []
     for key in on_clock[keys].drop_duplicates().itertuples(index=False):
         row = dict(zip(keys, key))
@@ -146,14 +153,16 @@ def field_table(table: pd.DataFrame) -> pd.DataFrame:
         a, b = by.get(verdict.PRIMARY["a"].name), by.get(verdict.PRIMARY["b"].name)
         if a is None or b is None:
             continue
+        step = by_steps.get(tuple(row[k] for k in keys if k != "axis"))
+        per_step = ((step["estimate"], step["ci_low"], step["ci_high"]) if step is not None else
+                    (a.get("step_efficiency"), a.get("step_efficiency_ci_low"), a.get("step_efficiency_ci_high")))
         rows.append({
             "benchmark": row["benchmark"],
             "method": parse_method(row["method"]).label,
             "against": parse_method(row["baseline"]).label,
             "wall-clock speedup [95% CI]": _interval_text(a["estimate"], a["ci_low"], a["ci_high"]),
             "(a) decision": a.get("verdict_adjusted", ""),
-            "learning per step [95% CI]": _interval_text(a.get("step_efficiency"), a.get("step_efficiency_ci_low"),
-                                                         a.get("step_efficiency_ci_high")),
+            "learning per step [95% CI]": _interval_text(*per_step),
             "cost per step [95% CI]": _interval_text(a.get("step_cost_ratio"), a.get("step_cost_ratio_ci_low"),
                                                      a.get("step_cost_ratio_ci_high")),
             "mean accuracy difference [95% CI]": _interval_text(b["estimate"], b["ci_low"], b["ci_high"]),

@@ -222,3 +222,43 @@ def add_calibrate_arguments(p: argparse.ArgumentParser) -> None:
                    help="only the leave-one-seed-out predictive check of the population model (seconds, no "
                         "simulated studies): whether the model the calibration rests on predicts held-out seeds")
     p.set_defaults(func=_cmd_calibrate)
+
+
+def flat_groups_table(runs) -> pd.DataFrame:
+    """What a pre-rollout filter (GRESO's) could save in each arm, read off its runs' steps.jsonl.
+    `flat_share`: the share of generated prompt groups whose n rewards were all equal, each step
+    weighted by the groups it generated (rollouts_generated / n): the most a filter that knew every
+    flat group in advance could skip. `prompts_drawn`: the prompts a run took from its stream (the
+    groups it generated plus those GRESO skipped), the most and the mean over the arm's seeds: a
+    prompt comes back within a run only once it has drawn more than its task's training set."""
+    from pods.study.curves import load_steps
+    from pods.vocabulary import parse_method
+
+    steps = load_steps(runs)
+    rows = []
+    for (benchmark, hardware, method), part in steps.groupby(["benchmark", "hardware", "method"], sort=True):
+        groups = pd.to_numeric(part["rollouts_generated"]) / parse_method(method).n
+        skipped = pd.to_numeric(part["prompts_skipped"]).fillna(0) if "prompts_skipped" in part else 0
+        flat = (pd.to_numeric(part["zero_variance_frac"]) * groups).sum() / groups.sum()
+        drawn = (groups + skipped).groupby(part["seed"]).sum()
+        rows.append({"benchmark": benchmark, "hardware": hardware, "method": method, "seeds": len(drawn),
+                     "flat_share": float(flat), "prompts_drawn_max": int(round(drawn.max())),
+                     "prompts_drawn_mean": float(drawn.mean())})
+    return pd.DataFrame.from_records(rows)
+
+
+def _cmd_groups(args: argparse.Namespace) -> int:
+    table = flat_groups_table(args.runs)
+    md = to_markdown(table.assign(flat_share=table["flat_share"].map("{:.3f}".format),
+                                  prompts_drawn_mean=table["prompts_drawn_mean"].map("{:.0f}".format)))
+    if args.out is not None:
+        write_csv(table, args.out)
+        atomic_write_text(Path(args.out).with_suffix(".md"), md)
+    print(md, end="")
+    return 0
+
+
+def add_groups_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runs", required=True, help="a runs folder (every run under it is read)")
+    p.add_argument("--out", default=None, help="CSV path; the .md goes beside it (default: print only)")
+    p.set_defaults(func=_cmd_groups)

@@ -490,9 +490,10 @@ def test_analyze_reads_only_the_runs_its_study_names(tmp_path, capsys):
 
 
 def test_the_field_table_reads_every_number_off_the_summary_and_the_docs_show_it_as_generated():
-    """PODS beside the field: one row per comparison on the clock, its speedup (a)'s primary, the
-    step efficiency and cost ratio of that row, (b)'s primary; every page that shows the table
-    (between `<!-- field:start -->` and `<!-- field:end -->`) shows it as the committed summary gives it."""
+    """PODS beside the field: one row per comparison on the clock, its speedup (a)'s primary, its
+    gain profile by optimiser steps (learning per step), the clock row's cost ratio, (b)'s primary;
+    every page that shows the table (between `<!-- field:start -->` and `<!-- field:end -->`) shows
+    it as the committed summary gives it."""
     import re
     from pathlib import Path
 
@@ -505,9 +506,13 @@ def test_the_field_table_reads_every_number_off_the_summary_and_the_docs_show_it
     assert len(table) == on_clock[["benchmark", "baseline", "method"]].drop_duplicates().shape[0]
     a = on_clock[on_clock["endpoint"] == "gain_profile"].reset_index(drop=True)
     b = on_clock[on_clock["endpoint"] == "mean_accuracy"].reset_index(drop=True)
+    # learning per step: the same pair's gain profile by optimiser steps, in the same order
+    steps = summary[(summary["axis"] == "step") & (summary["endpoint"] == "gain_profile")].reset_index(drop=True)
+    assert (steps[["benchmark", "baseline", "method"]] == a[["benchmark", "baseline", "method"]]).all().all()
     for i, row in table.iterrows():
         assert row["wall-clock speedup [95% CI]"].startswith(f"{a.loc[i, 'estimate']:.3g} [")
-        assert row["learning per step [95% CI]"].startswith(f"{a.loc[i, 'step_efficiency']:.3g} [")
+        assert row["learning per step [95% CI]"] == (f"{steps.loc[i, 'estimate']:.3g} [{steps.loc[i, 'ci_low']:.3g}, "
+                                                     f"{steps.loc[i, 'ci_high']:.3g}]")
         assert row["cost per step [95% CI]"].startswith(f"{a.loc[i, 'step_cost_ratio']:.3g} [")
         assert row["mean accuracy difference [95% CI]"].startswith(f"{b.loc[i, 'estimate']:.3g} [")
         decisions = (a.loc[i, "verdict_adjusted"], b.loc[i, "verdict_adjusted"])
@@ -542,3 +547,32 @@ def test_calibrate_check_only_prints_the_predictive_check_of_the_study_it_names(
     args = ["calibrate", "--check-only", "--runs", str(tmp_path), "--study", str(study)]
     assert pods_main([*args, "--out", str(out)]) == 0
     assert out.read_text().endswith(line + "\n") and not out.with_suffix(".csv").exists()
+
+
+def test_pods_groups_weights_flat_groups_by_the_groups_each_step_generated(tmp_path, capsys):
+    """`pods groups`: the flat share over generated groups (rollouts_generated / n per step, DAPO's
+    refills included) and the prompts each run drew, skipped ones included, against a hand count."""
+    def steps(*rows):  # (rollouts_generated, zero_variance_frac, prompts_skipped)
+        return [{"rollouts_generated": g, "zero_variance_frac": z, "prompts_skipped": s} for g, z, s in rows]
+
+    logged = {0: steps((8, 0.5, 1), (16, 0.25, 0)), 1: steps((8, 0.0, 0), (8, 1.0, 5))}
+    for seed, extra in logged.items():
+        run = write_run(tmp_path, "greso-n4-m4", seed, [0, 10], [0.1, 0.2], steps=[(0.5, 0.5, 1.0)] * 2)
+        records = [json.loads(line) for line in (run / "steps.jsonl").read_text().splitlines()]
+        (run / "steps.jsonl").write_text("".join(json.dumps({**r, **e}) + "\n" for r, e in zip(records, extra)))
+    write_run(tmp_path, "grpo-n4-m4", 0, [0, 10], [0.1, 0.2], steps=[(0.5, 0.5, 1.0)])
+    (tmp_path / "runs/arith/cpu/grpo-n4-m4/seed0/steps.jsonl").write_text(json.dumps(
+        {"step": 1, "train_time_s": 1.0, "generate_s": 0.5, "reward_s": 0.0, "select_s": 0.0, "logprob_s": 0.0,
+         "update_s": 0.5, "step_s": 1.0, "rollouts_generated": 12, "zero_variance_frac": 1 / 3}) + "\n")
+    out = tmp_path / "groups.csv"
+    assert pods_main(["groups", "--runs", str(tmp_path / "runs"), "--out", str(out)]) == 0
+    table = pd.read_csv(out).set_index("method")
+    # GRESO: groups 2 + 4 (seed 0) and 2 + 2 (seed 1), of them flat 1 + 1 and 0 + 2: 4 of 10; drawn
+    # (2 + 1) + 4 = 7 and 2 + (2 + 5) = 9
+    assert table.loc["greso-n4-m4", "flat_share"] == pytest.approx(4 / 10)
+    greso = table.loc["greso-n4-m4"]
+    assert (greso["prompts_drawn_max"], greso["prompts_drawn_mean"], greso["seeds"]) == (9, 8.0, 2)
+    assert table.loc["grpo-n4-m4", "flat_share"] == pytest.approx(1 / 3)
+    assert table.loc["grpo-n4-m4", "prompts_drawn_max"] == 3   # no prompts_skipped column: nothing skipped
+    assert "| arith | cpu | greso-n4-m4 | 2 | 0.400 | 9 | 8 |" in capsys.readouterr().out
+    assert out.with_suffix(".md").is_file()
