@@ -1,6 +1,8 @@
 import os
 import time
 
+from pods.study.tables import field_arms
+
 # The study's comparisons -> results/summary.csv (+ .md): time to 99% / 100% of the baseline's
 # peak, speedups with per-seed bootstrap intervals, seconds per step by phase (pods.study.analysis).
 
@@ -76,7 +78,11 @@ PAPER_SUMMARY = config["paper_summary"]
 # never overwrites the default study's tables
 PROJECTION_DIR = str(Path(SUMMARY_CSV).parent)
 PROJECTION_FILES = [f"{PROJECTION_DIR}/{name}.{ext}" for name in ("decomposition", "projection") for ext in ("csv", "md")]
+# a study with two or more arms against one baseline (the field, the ablations) also places them on
+# the plane of learning per step against cost per step (pods.study.tables.field_arms)
 PROJECTION_FIGURES = [f"{FIGURES}/{name}.{ext}" for name in ("decomposition", "projection") for ext in ("png", "pdf")]
+if len(field_arms(COMPARISONS)[1]) >= 2:
+    PROJECTION_FIGURES += [f"{FIGURES}/arms.{ext}" for ext in ("png", "pdf")]
 
 
 def project_inputs(wildcards):

@@ -478,6 +478,43 @@ def decomposition_figure(table: pd.DataFrame, stem: str | os.PathLike, rule: str
         return save_figure(fig, stem)
 
 
+def arms_figure(points: pd.DataFrame, stem: str | os.PathLike) -> list[Path]:
+    """Every arm against the study's common baseline (tables.field_arms) on the plane of learning
+    per step (y: the gain profile by optimiser steps) against cost per step (x: the step-cost
+    ratio), one colour per method and one marker per benchmark, with 95% intervals. On the cost
+    clock speedup = y / x, so the straight lines are speedups 1 and 1.7; above them is faster."""
+    from pods.study.tables import field_arms
+
+    baseline, methods = field_arms(points.to_dict("records"))
+    rows = points[(points["baseline"] == baseline) & points["per_step"].notna() & points["cost"].notna()]
+    if rows.empty:
+        raise ValueError(f"no arm against {baseline} with a learning per step and a cost per step to draw in {stem}")
+    colors = method_colors(methods)
+    markers = dict(zip(dict.fromkeys(rows["benchmark"]), "os^Dv<>"))
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(9, 6.5), constrained_layout=True)
+        for rec in rows.to_dict("records"):
+            one = pd.DataFrame([rec])
+            ax.errorbar(one["cost"], one["per_step"], xerr=_errors(one, "cost"), yerr=_errors(one, "per_step"),
+                        fmt=markers[rec["benchmark"]], color=soften(colors[rec["method"]]), capsize=3, markersize=8)
+        _log_axes(ax)
+        x_range = (min(rows["cost_ci_low"].min(), 1.0) * 0.85, max(rows["cost_ci_high"].max(), 1.0) * 1.15)
+        _speedup_lines(ax, x_range, slope_of_speedup=True)
+        ax.set_xlim(*x_range)
+        handles = [plt.Line2D([], [], color=soften(colors[m]), marker="o", linestyle="", markersize=8,
+                              label=parse_method(m).label) for m in methods if m in set(rows["method"])]
+        handles += [plt.Line2D([], [], color="#777777", marker=marker, linestyle="", markersize=8, label=bench)
+                    for bench, marker in markers.items()]
+        first = ax.legend(handles=handles, loc="upper left", fontsize=9)
+        ax.add_artist(first)
+        ax.legend(loc="lower right", fontsize=9)  # the speedup lines
+        ax.set_xlabel(f"Cost per step (method s/step / {parse_method(baseline).label} s/step)")
+        ax.set_ylabel(f"Learning per step\n(gain profile by optimiser steps, against {parse_method(baseline).label})")
+        ax.set_title("speedup = learning per step / cost per step (95% intervals)")
+        ax.grid(alpha=0.3, which="both")
+        return save_figure(fig, stem)
+
+
 TITLE_WIDTH = 56  # characters of a panel title's line at its 10 points, in a 6.5-inch panel
 
 

@@ -129,15 +129,14 @@ def verdict_table(table: pd.DataFrame) -> pd.DataFrame:
     return _one_axis_hidden(a.merge(b, on=keys, how="outer", sort=False))
 
 
-def field_table(table: pd.DataFrame) -> pd.DataFrame:
-    """The README's "PODS beside the field": one row per comparison on the clock (not the step
-    axis), in the study's order. Its wall-clock speedup is (a)'s primary, the gain profile, with the
-    Holm-adjusted decision; learning per step is the same pair's gain profile aligned by optimiser
+def field_points(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per comparison on the clock (not the step axis), in the study's order, with the
+    numbers of "PODS beside the field": (a)'s primary, the gain profile (`speedup`, its interval and
+    Holm-adjusted decision); learning per step, the same pair's gain profile aligned by optimiser
     steps (its `axis: step` row; a study without one: the clock row's step efficiency, baseline steps
-    / method steps to the same accuracy) and cost per step the step-cost ratio (method s/step /
-    baseline s/step), so on the cost clock speedup = learning per step / cost per step; (b)'s
-    primary beside them. Each with its 95% interval, every number a column of the study's
-    summary.csv."""
+    / method steps to the same accuracy); cost per step, the step-cost ratio (method s/step /
+    baseline s/step), so on the cost clock speedup = learning per step / cost per step; and (b)'s
+    primary. Every number a column of the study's summary.csv."""
     keys = _keys(table)
     on_clock = table[table.apply(_on_time, axis=1)] if "axis" in table.columns else table
     by_steps = {}
@@ -157,18 +156,48 @@ def field_table(table: pd.DataFrame) -> pd.DataFrame:
         per_step = ((step["estimate"], step["ci_low"], step["ci_high"]) if step is not None else
                     (a.get("step_efficiency"), a.get("step_efficiency_ci_low"), a.get("step_efficiency_ci_high")))
         rows.append({
-            "benchmark": row["benchmark"],
-            "method": parse_method(row["method"]).label,
-            "against": parse_method(row["baseline"]).label,
-            "wall-clock speedup [95% CI]": _interval_text(a["estimate"], a["ci_low"], a["ci_high"]),
-            "(a) decision": a.get("verdict_adjusted", ""),
-            "learning per step [95% CI]": _interval_text(*per_step),
-            "cost per step [95% CI]": _interval_text(a.get("step_cost_ratio"), a.get("step_cost_ratio_ci_low"),
-                                                     a.get("step_cost_ratio_ci_high")),
-            "mean accuracy difference [95% CI]": _interval_text(b["estimate"], b["ci_low"], b["ci_high"]),
-            "(b) decision": b.get("verdict_adjusted", ""),
+            "benchmark": row["benchmark"], "hardware": row.get("hardware"), "baseline": row["baseline"],
+            "method": row["method"],
+            "speedup": a["estimate"], "speedup_ci_low": a["ci_low"], "speedup_ci_high": a["ci_high"],
+            "speedup_verdict": a.get("verdict_adjusted", ""),
+            "per_step": per_step[0], "per_step_ci_low": per_step[1], "per_step_ci_high": per_step[2],
+            "cost": a.get("step_cost_ratio"), "cost_ci_low": a.get("step_cost_ratio_ci_low"),
+            "cost_ci_high": a.get("step_cost_ratio_ci_high"),
+            "accuracy": b["estimate"], "accuracy_ci_low": b["ci_low"], "accuracy_ci_high": b["ci_high"],
+            "accuracy_verdict": b.get("verdict_adjusted", ""),
         })
     return pd.DataFrame.from_records(rows)
+
+
+def field_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The README's "PODS beside the field": `field_points` as text, each number with its 95%
+    interval."""
+    rows = []
+    for r in field_points(table).to_dict("records"):
+        rows.append({
+            "benchmark": r["benchmark"],
+            "method": parse_method(r["method"]).label,
+            "against": parse_method(r["baseline"]).label,
+            "wall-clock speedup [95% CI]": _interval_text(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"]),
+            "(a) decision": r["speedup_verdict"],
+            "learning per step [95% CI]": _interval_text(r["per_step"], r["per_step_ci_low"], r["per_step_ci_high"]),
+            "cost per step [95% CI]": _interval_text(r["cost"], r["cost_ci_low"], r["cost_ci_high"]),
+            "mean accuracy difference [95% CI]": _interval_text(r["accuracy"], r["accuracy_ci_low"],
+                                                                r["accuracy_ci_high"]),
+            "(b) decision": r["accuracy_verdict"],
+        })
+    return pd.DataFrame.from_records(rows)
+
+
+def field_arms(rows: Sequence[Mapping]) -> tuple[str | None, list[str]]:
+    """The arms the study sets against one baseline, the one of its first comparison: (baseline,
+    methods in order). A study with at least two of them (the field, the ablations) gets the figure
+    of its arms on the plane of learning per step against cost per step (plots.arms_figure)."""
+    if not rows:
+        return None, []
+    baseline = rows[0]["baseline"]
+    methods = [r["method"] for r in rows if r["baseline"] == baseline]
+    return baseline, list(dict.fromkeys(methods))
 
 
 def secondary_table(table: pd.DataFrame) -> pd.DataFrame:

@@ -22,6 +22,8 @@ from pods.study.curves import load_runs
 from pods.study.tables import (
     cost_sources,
     decomposition_table,
+    field_arms,
+    field_points,
     projection_table,
     read_summary_table,
     to_markdown,
@@ -101,7 +103,9 @@ def verdict_views(runs, study_path, out_dir, figures_dir, studies: int = 200, bo
 
 def project(summary: str | os.PathLike, paper: str | os.PathLike | None, costs: Sequence[str | os.PathLike],
             out_dir: str | os.PathLike, figures_dir: str | os.PathLike | None) -> list[Path]:
-    """decomposition.csv/.md and projection.csv/.md (+ their figures) from summary tables."""
+    """decomposition.csv/.md and projection.csv/.md (+ their figures) from summary tables, and the
+    figure of the study's arms on the plane of learning per step against cost per step (arms.png)
+    when it sets two or more arms against one baseline."""
     ours = read_summary_table(summary)
     theirs = read_summary_table(paper) if paper is not None else None
     out_dir = Path(out_dir)
@@ -122,6 +126,9 @@ def project(summary: str | os.PathLike, paper: str | os.PathLike | None, costs: 
     if figures_dir is not None:
         written += plots.decomposition_figure(decomposition, Path(figures_dir) / "decomposition")
         written += plots.projection_figure(decomposition, projection, Path(figures_dir) / "projection")
+        points = field_points(ours)
+        if len(field_arms(points.to_dict("records"))[1]) >= 2:   # a field of arms against one baseline
+            written += plots.arms_figure(points, Path(figures_dir) / "arms")
     return written
 
 

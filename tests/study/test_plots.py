@@ -181,3 +181,43 @@ def test_a_named_family_draws_all_its_arms_on_its_axis(study_dir, monkeypatch):
     assert list(lines["GRPO (n=4, m=4)"].get_xdata()) == [0, 10, 20, 30, 40]
     with pytest.raises(ValueError, match="no alternatives comparison"):
         plots.plot_study_figure("alternatives", root, [pair], "arith", "cpu", root / "x", axis="step")
+
+
+def test_the_arms_figure_places_each_arm_against_the_first_baseline_at_its_cost_and_learning_per_step(monkeypatch):
+    """plots.arms_figure: one point per arm against the study's first baseline (not the head-to-head
+    rows), at x = its cost per step and y = its gain profile by steps, each with its interval; a
+    study with one arm per baseline (the default study) has no such figure (tables.field_arms)."""
+    import pandas as pd
+
+    from pods.study.tables import field_arms, field_points
+
+    def rows(baseline, method, bench, speedup, per_step, cost):
+        keys = {"name": "field", "benchmark": bench, "hardware": "cpu", "design": "equal_update",
+                "baseline": baseline, "method": method}
+        a = {"endpoint": "gain_profile", "estimate": speedup, "ci_low": speedup / 2, "ci_high": speedup * 2,
+             "verdict_adjusted": "undecided", "step_cost_ratio": cost, "step_cost_ratio_ci_low": cost * 0.9,
+             "step_cost_ratio_ci_high": cost * 1.1}
+        b = {"endpoint": "mean_accuracy", "estimate": 0.01, "ci_low": 0.0, "ci_high": 0.02,
+             "verdict_adjusted": "higher"}
+        step = {"endpoint": "gain_profile", "estimate": per_step, "ci_low": per_step / 3, "ci_high": per_step * 3}
+        return [{**keys, "axis": "cost", **a}, {**keys, "axis": "cost", **b}, {**keys, "axis": "step", **step}]
+
+    summary = pd.DataFrame(rows("grpo-n16-m16", "pods-max_variance-n64-m16", "arith", 1.5, 2.4, 1.6)
+                           + rows("grpo-n16-m16", "cppo-n16-m4", "arith", 2.5, 4.5, 1.8)
+                           + rows("cppo-n16-m4", "pods-max_variance-n64-m16", "arith", 0.6, 0.5, 0.9))
+    points = field_points(summary)
+    assert list(points["per_step"]) == [2.4, 4.5, 0.5] and list(points["cost"]) == [1.6, 1.8, 0.9]
+    assert field_arms(points.to_dict("records")) == ("grpo-n16-m16", ["pods-max_variance-n64-m16", "cppo-n16-m4"])
+    assert field_arms([{"baseline": "grpo-n16-m16", "method": "pods-max_variance-n64-m16"},
+                       {"baseline": "grpo-n64-m64", "method": "pods-max_variance-n64-m16"}])[1] == [
+        "pods-max_variance-n64-m16"]
+    figures = drawn_figures(monkeypatch)
+    plots.arms_figure(points, "arms")
+    ax = figures[0].axes[0]
+    drawn = sorted((float(c.lines[0].get_xdata()[0]), float(c.lines[0].get_ydata()[0])) for c in ax.containers)
+    assert drawn == [(1.6, 2.4), (1.8, 4.5)]       # the arms, not PODS against CPPO
+    import matplotlib.legend
+
+    legends = [c for c in ax.get_children() if isinstance(c, matplotlib.legend.Legend)]
+    labels = {t.get_text() for legend in legends for t in legend.get_texts()}
+    assert {"PODS max_variance (n=64, m=16)", "CPPO (n=16, k=4)", "arith", "break-even (speedup 1)"} <= labels

@@ -40,10 +40,11 @@ def test_existing_methods_resolve_to_the_config_their_committed_runs_recorded(mo
     method name is the run's, and the step sizes are the ones its steps.jsonl logged: the new code
     paths are not taken by any existing arm."""
     monkeypatch.chdir(ROOT)  # the recorded hardware_dir is relative to the checkout
-    paths = committed_configs()
+    paths = [path for path in committed_configs()
+             if not parse_method(parse_run_path(path.parent)["method"]).variant]   # CPPO and GRESO: below
     methods = {parse_run_path(path.parent)["method"] for path in paths}
     assert {"grpo-n16-m16", "grpo-n64-m64", "pods-max_variance-n64-m16", "dapo-n16-m16",
-            "dapo-max_variance-n64-m16", "pods-max_abs_advantage-n64-m16"} <= methods
+            "dapo-max_variance-n64-m16", "pods-max_reward-n64-m16", "pods-random-n64-m16"} <= methods
     for path in paths:
         saved = yaml.safe_load(path.read_text())
         cfg = load_train_config(path)
@@ -62,6 +63,30 @@ def test_existing_methods_resolve_to_the_config_their_committed_runs_recorded(mo
             assert (first["rollouts_generated"], first["rollouts_trained"]) == (cfg.rollouts_generated,
                                                                                 cfg.rollouts_trained)
 
+
+
+def test_the_committed_cppo_and_greso_runs_resolve_to_the_config_they_recorded(monkeypatch):
+    """The field study's CPPO and GRESO runs: every recorded key reads back, the name sets what its
+    method is (CPPO's allocation and normalisation over all n, GRESO's filter behind DAPO's sampling),
+    and the first logged step has the sizes the config gives (CPPO: n / k times the prompts)."""
+    monkeypatch.chdir(ROOT)
+    paths = [path for path in committed_configs()
+             if parse_method(parse_run_path(path.parent)["method"]).variant]
+    assert {parse_method(parse_run_path(path.parent)["method"]).variant for path in paths} == {"cppo", "greso"}
+    for path in paths:
+        saved = yaml.safe_load(path.read_text())
+        cfg = load_train_config(path)
+        now = cfg.to_dict()
+        assert {key: now[key] for key in saved} == saved, path
+        first = read_jsonl(path.parent / "steps.jsonl", finished=True)[0]
+        if cfg.variant == "cppo":
+            assert cfg.completion_allocation and cfg.normalize_over == "all" and not cfg.pre_rollout_filter
+            assert cfg.prompts_drawn == saved["prompts_per_step"] * saved["n"] // saved["m"]
+            assert (first["rollouts_generated"], first["rollouts_trained"]) == (cfg.prompts_drawn * saved["n"],
+                                                                                saved["prompts_per_step"] * saved["n"])
+        else:
+            assert cfg.pre_rollout_filter and cfg.dynamic_sampling and not cfg.completion_allocation
+            assert "prompts_skipped" in first
 
 # --- CPPO ------------------------------------------------------------------------------------------
 def cppo_brute_force(rewards: torch.Tensor, k: int) -> list[list[int]]:

@@ -144,9 +144,10 @@ def test_default_study_dry_run_trains_each_run_once(tmp_path):
 
 
 @pytest.mark.slow
-def test_ablations_train_in_a_folder_of_their_own_on_the_measured_clock(tmp_path):
-    """The ablations keep the earlier protocol (240 s of measured clock) in their own runs folder:
-    the main study's cost-clock runs, finished beside them, are neither read nor retrained."""
+def test_ablations_train_in_a_folder_of_their_own_with_their_own_step_costs(tmp_path):
+    """The ablations keep the protocol (the cost clock, 165 s) but measure their nine arms' step costs
+    alone in their own folder (`step_costs: null`), and train in their own runs folder: the main
+    study's runs, finished beside them, are neither read nor retrained."""
     main = expected_runs(study_config())
     for bench, hw, method, seed in main:
         finished_run(run_at(tmp_path / "results/runs", bench, hw, method, seed))
@@ -156,12 +157,14 @@ def test_ablations_train_in_a_folder_of_their_own_on_the_measured_clock(tmp_path
         "figures_dir": str(tmp_path / "figures")}))
     proc = snakemake("-n", "-p", "reproduce", "--configfile", "config/ablations.yaml", tmp=tmp_path)
     ablation = expected_runs(study_config("config/ablations.yaml"))
-    assert job_counts(proc.stdout)["train"] == len(ablation) == 27 and "step_cost" not in job_counts(proc.stdout)
+    counts = job_counts(proc.stdout)
+    assert counts["train"] == len(ablation) == 27 and counts["step_cost"] == 1   # arith on cpu, once
     overrides = list(map(parse_overrides, train_commands(proc.stdout)))
     trained = {(o["benchmark"], o["hardware"], Path(o["run_dir"]).parent.name, int(o["seed"])) for o in overrides}
     assert trained == ablation
     assert all(o["run_dir"].startswith(str(tmp_path / "results/ablations/runs/")) for o in overrides)
-    assert all(o["max_train_time_s"] == "240" and "step_cost_file" not in o for o in overrides)
+    cost_file = str(tmp_path / "results/ablations/cost/arith/cpu.json")
+    assert all(o["max_train_time_s"] == "165" and o["step_cost_file"] == cost_file for o in overrides)
     # Its tables go beside, not over, the default study's.
     assert str(tmp_path / "results/ablations/summary.csv") in proc.stdout
     assert str(tmp_path / "results/ablations/decomposition.csv") in proc.stdout
@@ -248,13 +251,16 @@ def test_a_fresh_clone_regenerates_nothing_and_leaves_git_status_clean(tmp_path)
     for layer in ("config/ablations.yaml", "config/alternatives.yaml"):
         run("figures", "--configfile", layer)
     run("confirm", "--configfile", "config/decide.yaml")          # finished: prints its last look
-    planned = run("-n", "confirm", "--configfile", "config/confirm.yaml")
-    if "Job stats" in planned:                                     # unfinished: the next batch only
-        jobs = set(job_counts(planned)) - {"total"}
-        assert jobs <= {"warmstart", "train", "look_study", "look_summary", "look", "look_check", "confirm"}, jobs
-        committed = sorted((clone / "results/confirm/confirm").glob("summary_look*.csv"))
-        for path in committed:
-            assert f"output: {path.relative_to(clone)}" not in planned, path
+    for layer, folder in (("config/confirm.yaml", "results/confirm"), ("config/confirm-field.yaml",
+                                                                       "results/confirm-field")):
+        planned = run("-n", "confirm", "--configfile", layer)
+        if "Job stats" in planned:                                 # unfinished: the next batch only
+            jobs = set(job_counts(planned)) - {"total"}
+            assert jobs <= {"warmstart", "step_cost", "train", "look_study", "look_summary", "look", "look_check",
+                            "confirm"}, jobs
+            committed = sorted((clone / folder / "confirm").glob("summary_look*.csv"))
+            for path in committed:
+                assert f"output: {path.relative_to(clone)}" not in planned, path
     dirty = subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True).stdout
     assert dirty.strip() == "", dirty
 
