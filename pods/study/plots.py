@@ -490,9 +490,13 @@ def arms_figure(points: pd.DataFrame, stem: str | os.PathLike) -> list[Path]:
     if rows.empty:
         raise ValueError(f"no arm against {baseline} with a learning per step and a cost per step to draw in {stem}")
     colors = method_colors(methods)
+    if len(set(colors.values())) < len(colors):  # a palette that repeats: one distinct colour per arm here
+        from matplotlib.colors import to_hex
+
+        colors = {m: to_hex(plt.get_cmap("tab10")(i % 10)) for i, m in enumerate(methods)}
     markers = dict(zip(dict.fromkeys(rows["benchmark"]), "os^Dv<>"))
     with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(9, 6.5), constrained_layout=True)
+        fig, ax = plt.subplots(figsize=(11, 6.5), constrained_layout=True)
         for rec in rows.to_dict("records"):
             one = pd.DataFrame([rec])
             ax.errorbar(one["cost"], one["per_step"], xerr=_errors(one, "cost"), yerr=_errors(one, "per_step"),
@@ -505,8 +509,7 @@ def arms_figure(points: pd.DataFrame, stem: str | os.PathLike) -> list[Path]:
                               label=parse_method(m).label) for m in methods if m in set(rows["method"])]
         handles += [plt.Line2D([], [], color="#777777", marker=marker, linestyle="", markersize=8, label=bench)
                     for bench, marker in markers.items()]
-        first = ax.legend(handles=handles, loc="upper left", fontsize=9)
-        ax.add_artist(first)
+        fig.legend(handles=handles, loc="outside right upper", fontsize=9)  # beside the plane, never on a point
         ax.legend(loc="lower right", fontsize=9)  # the speedup lines
         ax.set_xlabel(f"Cost per step (method s/step / {parse_method(baseline).label} s/step)")
         ax.set_ylabel(f"Learning per step\n(gain profile by optimiser steps, against {parse_method(baseline).label})")

@@ -130,7 +130,7 @@ def verdict_table(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def field_points(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per comparison on the clock (not the step axis), in the study's order, with the
+    """One row per pair of arms on the clock (not the step axis), in the study's order, with the
     numbers of "PODS beside the field": (a)'s primary, the gain profile (`speedup`, its interval and
     Holm-adjusted decision); learning per step, the same pair's gain profile aligned by optimiser
     steps (its `axis: step` row; a study without one: the clock row's step efficiency, baseline steps
@@ -144,14 +144,18 @@ def field_points(table: pd.DataFrame) -> pd.DataFrame:
         pair = [k for k in keys if k != "axis"]
         for r in table[(table["axis"] == "step") & (table["endpoint"] == verdict.PRIMARY["a"].name)].to_dict("records"):
             by_steps[tuple(r[k] for k in pair)] = r
-    rows = []
+    rows, seen = [], set()
     for key in on_clock[keys].drop_duplicates().itertuples(index=False):
         row = dict(zip(keys, key))
+        pair = tuple(row.get(k) for k in ("benchmark", "hardware", "design", "baseline", "method"))
+        if pair in seen:  # the same two arms under a second comparison name (the ablations' PODS 64 -> 16)
+            continue
         part = on_clock[(on_clock[keys] == pd.Series(row)).all(axis=1)]
         by = {r["endpoint"]: r for r in part.to_dict("records")}
         a, b = by.get(verdict.PRIMARY["a"].name), by.get(verdict.PRIMARY["b"].name)
         if a is None or b is None:
             continue
+        seen.add(pair)
         step = by_steps.get(tuple(row[k] for k in keys if k != "axis"))
         per_step = ((step["estimate"], step["ci_low"], step["ci_high"]) if step is not None else
                     (a.get("step_efficiency"), a.get("step_efficiency_ci_low"), a.get("step_efficiency_ci_high")))

@@ -492,8 +492,9 @@ def test_analyze_reads_only_the_runs_its_study_names(tmp_path, capsys):
 def test_the_field_table_reads_every_number_off_the_summary_and_the_docs_show_it_as_generated():
     """PODS beside the field: one row per comparison on the clock, its speedup (a)'s primary, its
     gain profile by optimiser steps (learning per step), the clock row's cost ratio, (b)'s primary;
-    every page that shows the table (between `<!-- field:start -->` and `<!-- field:end -->`) shows
-    it as the committed summary gives it."""
+    every page that shows the table (between `<!-- field:start -->` and `<!-- field:end -->`; the
+    ablations' between `<!-- ablations:start -->` and its end) shows it as the committed summary
+    gives it."""
     import re
     from pathlib import Path
 
@@ -517,12 +518,16 @@ def test_the_field_table_reads_every_number_off_the_summary_and_the_docs_show_it
         assert row["mean accuracy difference [95% CI]"].startswith(f"{b.loc[i, 'estimate']:.3g} [")
         decisions = (a.loc[i, "verdict_adjusted"], b.loc[i, "verdict_adjusted"])
         assert (row["(a) decision"], row["(b) decision"]) == decisions
-    pages = [p for p in (root / "README.md", *sorted((root / "docs").glob("*.md")))
-             if "<!-- field:start -->" in p.read_text()]
-    assert pages
-    for page in pages:
-        shown = re.search(r"<!-- field:start -->\n(.*?)<!-- field:end -->", page.read_text(), flags=re.S).group(1)
-        assert shown == to_markdown(table), page
+    # the field's block, and the ablations' (the same table of their own summary)
+    for marker, path in (("field", "results/alternatives/summary.csv"), ("ablations", "results/ablations/summary.csv")):
+        expected = to_markdown(field_table(pd.read_csv(root / path)))
+        pages = [p for p in (root / "README.md", *sorted((root / "docs").glob("*.md")))
+                 if f"<!-- {marker}:start -->" in p.read_text()]
+        assert pages, marker
+        for page in pages:
+            shown = re.search(rf"<!-- {marker}:start -->\n(.*?)<!-- {marker}:end -->", page.read_text(),
+                              flags=re.S).group(1)
+            assert shown == expected, (page, marker)
 
 
 def test_calibrate_check_only_prints_the_predictive_check_of_the_study_it_names(tmp_path, capsys):

@@ -49,6 +49,22 @@ def test_the_bottom_line_reads_columns_by_name_and_ignores_new_ones():
     assert "9.00" not in text  # secondary endpoints are the tables' business
 
 
+
+def test_the_paper_claim_is_judged_for_its_rule_and_names_each_pods_setting():
+    """The 1.7x line judges PODS's own rule (max_variance) against GRPO: another rule is an ablation,
+    not the claim; several settings of it (the ablations' n and m) are each named by their method."""
+    def row(method, low, high):
+        return {"question": "a", "role": "primary", "estimate": str((low + high) / 2), "ci_low": str(low),
+                "ci_high": str(high), "name": "n_scaling", "benchmark": "arith", "baseline": "grpo-n16-m16",
+                "method": method, "verdict": "undecided"}
+
+    rows = [row("pods-max_variance-n32-m16", 1.8, 2.5), row("pods-max_variance-n64-m16", 0.5, 1.5),
+            row("pods-random-n64-m16", 0.1, 0.2)]
+    claim = [line for line in bottom_line(rows) if "1.7x" in line]
+    assert claim[0].endswith("reach it: arith pods-max_variance-n32-m16; fall short of it: arith "
+                             "pods-max_variance-n64-m16")
+
+
 def test_the_bottom_line_follows_a_summary_written_with_other_columns(tmp_path):
     path = tmp_path / "summary.csv"
     with open(path, "w", newline="") as fh:

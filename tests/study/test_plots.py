@@ -218,6 +218,6 @@ def test_the_arms_figure_places_each_arm_against_the_first_baseline_at_its_cost_
     assert drawn == [(1.6, 2.4), (1.8, 4.5)]       # the arms, not PODS against CPPO
     import matplotlib.legend
 
-    legends = [c for c in ax.get_children() if isinstance(c, matplotlib.legend.Legend)]
+    legends = [*figures[0].legends, *(c for c in ax.get_children() if isinstance(c, matplotlib.legend.Legend))]
     labels = {t.get_text() for legend in legends for t in legend.get_texts()}
     assert {"PODS max_variance (n=64, m=16)", "CPPO (n=16, k=4)", "arith", "break-even (speedup 1)"} <= labels
