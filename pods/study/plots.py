@@ -487,8 +487,12 @@ def arms_figure(points: pd.DataFrame, stem: str | os.PathLike) -> list[Path]:
 
     baseline, methods = field_arms(points.to_dict("records"))
     rows = points[(points["baseline"] == baseline) & points["per_step"].notna() & points["cost"].notna()]
-    if rows.empty:
-        raise ValueError(f"no arm against {baseline} with a learning per step and a cost per step to draw in {stem}")
+    if rows.empty:  # no arm reached the baseline's levels (a study of a few steps): say so, in place of the plane
+        with plt.rc_context(STYLE):
+            fig, ax = plt.subplots(figsize=(9, 6.5), constrained_layout=True)
+            _no_data(ax, f"arms against {parse_method(baseline).label}",
+                     "no arm has both a learning per step and a cost per step: none reached the baseline's levels")
+            return save_figure(fig, stem)
     colors = method_colors(methods)
     if len(set(colors.values())) < len(colors):  # a palette that repeats: one distinct colour per arm here
         from matplotlib.colors import to_hex

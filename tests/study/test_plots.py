@@ -221,3 +221,6 @@ def test_the_arms_figure_places_each_arm_against_the_first_baseline_at_its_cost_
     legends = [*figures[0].legends, *(c for c in ax.get_children() if isinstance(c, matplotlib.legend.Legend))]
     labels = {t.get_text() for legend in legends for t in legend.get_texts()}
     assert {"PODS max_variance (n=64, m=16)", "CPPO (n=16, k=4)", "arith", "break-even (speedup 1)"} <= labels
+    # a study whose arms never reached the baseline's levels (the smoke study) still gets its figure, saying so
+    plots.arms_figure(points.assign(per_step=float("nan")), "arms")
+    assert "none reached the baseline's levels" in figures[-1].axes[0].texts[0].get_text()
