@@ -1,7 +1,7 @@
 import os
 import time
 
-from pods.study.tables import field_arms
+from pods.study.tables import draws_arms
 
 # The study's comparisons -> results/summary.csv (+ .md): time to 99% / 100% of the baseline's
 # peak, speedups with per-seed bootstrap intervals, seconds per step by phase (pods.study.analysis).
@@ -79,9 +79,9 @@ PAPER_SUMMARY = config["paper_summary"]
 PROJECTION_DIR = str(Path(SUMMARY_CSV).parent)
 PROJECTION_FILES = [f"{PROJECTION_DIR}/{name}.{ext}" for name in ("decomposition", "projection") for ext in ("csv", "md")]
 # a study with two or more arms against one baseline (the field, the ablations) also places them on
-# the plane of learning per step against cost per step (pods.study.tables.field_arms)
+# the plane of learning per step against cost per step (pods.study.tables.draws_arms)
 PROJECTION_FIGURES = [f"{FIGURES}/{name}.{ext}" for name in ("decomposition", "projection") for ext in ("png", "pdf")]
-if len(field_arms(COMPARISONS)[1]) >= 2:
+if draws_arms(COMPARISONS):
     PROJECTION_FIGURES += [f"{FIGURES}/arms.{ext}" for ext in ("png", "pdf")]
 
 

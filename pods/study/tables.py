@@ -204,6 +204,12 @@ def field_arms(rows: Sequence[Mapping]) -> tuple[str | None, list[str]]:
     return baseline, list(dict.fromkeys(methods))
 
 
+def draws_arms(rows: Sequence[Mapping]) -> bool:
+    """Whether a study (its comparison rows, or its summary's) gets the arms figure: two or more arms
+    against its first baseline. The workflow's list of outputs and `project` both ask this."""
+    return len(field_arms(rows)[1]) >= 2
+
+
 def secondary_table(table: pd.DataFrame) -> pd.DataFrame:
     """Every secondary endpoint, unadjusted: estimate [95% CI], p and its own decision."""
     rows = []

@@ -22,7 +22,7 @@ from pods.study.curves import load_runs
 from pods.study.tables import (
     cost_sources,
     decomposition_table,
-    field_arms,
+    draws_arms,
     field_points,
     projection_table,
     read_summary_table,
@@ -127,7 +127,7 @@ def project(summary: str | os.PathLike, paper: str | os.PathLike | None, costs: 
         written += plots.decomposition_figure(decomposition, Path(figures_dir) / "decomposition")
         written += plots.projection_figure(decomposition, projection, Path(figures_dir) / "projection")
         points = field_points(ours)
-        if len(field_arms(points.to_dict("records"))[1]) >= 2:   # a field of arms against one baseline
+        if draws_arms(points.to_dict("records")):
             written += plots.arms_figure(points, Path(figures_dir) / "arms")
     return written
 

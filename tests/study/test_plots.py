@@ -189,7 +189,7 @@ def test_the_arms_figure_places_each_arm_against_the_first_baseline_at_its_cost_
     study with one arm per baseline (the default study) has no such figure (tables.field_arms)."""
     import pandas as pd
 
-    from pods.study.tables import field_arms, field_points
+    from pods.study.tables import draws_arms, field_arms, field_points
 
     def rows(baseline, method, bench, speedup, per_step, cost):
         keys = {"name": "field", "benchmark": bench, "hardware": "cpu", "design": "equal_update",
@@ -208,6 +208,7 @@ def test_the_arms_figure_places_each_arm_against_the_first_baseline_at_its_cost_
     points = field_points(summary)
     assert list(points["per_step"]) == [2.4, 4.5, 0.5] and list(points["cost"]) == [1.6, 1.8, 0.9]
     assert field_arms(points.to_dict("records")) == ("grpo-n16-m16", ["pods-max_variance-n64-m16", "cppo-n16-m4"])
+    assert draws_arms(points.to_dict("records"))
     assert field_arms([{"baseline": "grpo-n16-m16", "method": "pods-max_variance-n64-m16"},
                        {"baseline": "grpo-n64-m64", "method": "pods-max_variance-n64-m16"}])[1] == [
         "pods-max_variance-n64-m16"]
