@@ -80,19 +80,21 @@ def test_paper_matrix_matches_the_paper():
     # docs/paper.md 2.1.6: n in {16, 32, 64, 128, 256} at m = 16; m in {16, 8, 4, 2} at n = 64; 3 rules
     assert {x.n for x in gsm8k if x.m == 16 and x.rule in ("identity", "max_variance")} == {16, 32, 64, 128, 256}
     assert {x.m for x in gsm8k if x.n == 64 and x.rule == "max_variance"} == {16, 8, 4, 2}
-    # the paper's three rules, and the alternatives' top-|advantage|
-    assert {x.rule for x in gsm8k if (x.n, x.m) == (64, 16)} == {"max_variance", "max_reward", "random",
-                                                                 "max_abs_advantage"}
+    # the paper's three rules
+    assert {x.rule for x in gsm8k if (x.n, x.m) == (64, 16) and x.variant == ""} == {"max_variance", "max_reward",
+                                                                                    "random"}
     assert {m for (b, _, m) in runs if b == "math"} == {"grpo-n8-m8", "pods-max_variance-n32-m8"}
     assert {m for (b, _, m) in runs if b == "gsm8k-llama"} == {"grpo-n16-m16", "pods-max_variance-n64-m16"}
     assert {hw for (b, hw, _) in runs if b.startswith("gsm8k-r1")} == {"h100x8-zero2", "a100x8-zero2"}
     assert all(seeds == (5 if hw.endswith("zero2") else 10) for (_, hw, _), seeds in runs.items())
-    # the alternatives (config/alternatives.yaml at paper scale): top-|advantage| and DAPO, alone and with PODS
-    assert {m for (b, _, m) in runs if b == "gsm8k" and not m.startswith(("grpo", "pods-max_variance",
-                                                                          "pods-max_reward",
-                                                                            "pods-random"))} == {
-        "pods-max_abs_advantage-n64-m16", "dapo-n16-m16", "dapo-max_variance-n64-m16"}
-    assert sum(runs.values()) == 190
+    # the field (config/alternatives.yaml at paper scale): CPPO, DAPO, GRESO, DAPO in front of PODS
+    assert {m for (b, _, m) in runs if b == "gsm8k" and not m.startswith(("grpo", "pods-"))} == {
+        "cppo-n16-m4", "dapo-n16-m16", "greso-n16-m16", "dapo-max_variance-n64-m16"}
+    field = load("config/alternatives.yaml")["comparisons"]
+    assert ({(c["name"], c["baseline"], c.get("axis"), tuple(c["methods"])) for c in paper["comparisons"]
+             if c["name"] in ("field", "pods_vs_field")}
+            == {(c["name"], c["baseline"], c.get("axis"), tuple(c["methods"])) for c in field})
+    assert sum(runs.values()) == 200
     bench = paper["benchmarks"]
     assert bench["gsm8k-llama"]["train"]["beta"] == 0.04 and bench["gsm8k-llama"]["task"] == "gsm8k_llama"
     # budgets and evaluation cadences of docs/paper.md 2.1.7 and 2.2
@@ -121,7 +123,7 @@ def test_slurm_dry_run_lists_the_gpu_jobs():
     assert out.returncode == 0, out.stderr[-2000:]
     text = out.stdout + out.stderr
     blocks = re.findall(r"rule train:\n(.*?)(?:\n\n|\Z)", text, flags=re.S)
-    assert len(blocks) == 190
+    assert len(blocks) == 200
     seen = {}
     for block in blocks:
         hw = re.search(r"hardware=([\w.-]+)", block)[1]
@@ -134,7 +136,7 @@ def test_slurm_dry_run_lists_the_gpu_jobs():
             assert cmd.startswith("pods train") and "rollout_engine=vllm" in cmd and "update_engine=lora" in cmd
         else:
             assert cmd.startswith("deepspeed --num_nodes 1 --num_gpus 8 --no_local_rank --module pods.cli train")
-    assert seen == {"l40s-lora": 170, "h100x8-zero2": 10, "a100x8-zero2": 10}
+    assert seen == {"l40s-lora": 180, "h100x8-zero2": 10, "a100x8-zero2": 10}
     # the CPU rules keep the profile's small defaults
     analyze = re.search(r"rule analyze:\n(.*?)(?:\n\n|\Z)", text, flags=re.S)[1]
     assert "gpu=" not in analyze and "mem_mb=4000" in analyze

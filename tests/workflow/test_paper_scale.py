@@ -4,7 +4,8 @@ this test executes, short of the GPU.
 `snakemake -n -p --configfile config/paper.yaml` prints every job's shell command. The test runs
 the `fetch_hub` commands against an offline hub cache holding tiny models under the paper's model
 ids and tiny datasets in the hub's layouts (tests/hub_cache.py), then one train command of each
-setting (GSM8K, MATH, Llama on the L40S recipe; the open-r1 recipe of the 8-GPU design) with only
+setting (GSM8K, MATH, Llama on the L40S recipe; the open-r1 recipe of the 8-GPU design; CPPO and
+GRESO from the field on GSM8K) with only
 what a CPU needs swapped (`CPU_SWAPS`), for two steps, and reads the runs back.
 """
 from __future__ import annotations
@@ -34,12 +35,16 @@ CPU_SWAPS = {"device": "cpu", "rollout_engine": "hf", "update_engine": None, "lo
              "optimizer": "adamw", "num_threads": "2", "prompts_per_step": "1", "max_new_tokens": "8",
              "max_steps": "2", "max_train_time_s": "null", "eval_every_s": "null", "eval_every_steps": "2",
              "checkpoint_every_s": "0"}
-# One run of each setting: the PODS arm, seed 0.
-SETTINGS = {label: RUN_LAYOUT.format(benchmark=label, hardware=hardware, method=method, seed=0) for label, hardware,
-            method in (
-    ("gsm8k", "l40s-lora", "pods-max_variance-n64-m16"), ("math", "l40s-lora", "pods-max_variance-n32-m8"),
-    ("gsm8k-llama", "l40s-lora", "pods-max_variance-n64-m16"), ("gsm8k-r1", "h100x8-zero2",
-                                                                "pods-max_variance-n128-m32"))}
+# One run of each setting, seed 0: the PODS arm, and on GSM8K the field's two arms whose steps
+# differ from PODS's (CPPO's allocation over more prompts, GRESO's filter before generation).
+SETTINGS = {label: RUN_LAYOUT.format(benchmark=benchmark, hardware=hardware, method=method, seed=0)
+            for label, benchmark, hardware, method in (
+    ("gsm8k", "gsm8k", "l40s-lora", "pods-max_variance-n64-m16"),
+    ("math", "math", "l40s-lora", "pods-max_variance-n32-m8"),
+    ("gsm8k-llama", "gsm8k-llama", "l40s-lora", "pods-max_variance-n64-m16"),
+    ("gsm8k-r1", "gsm8k-r1", "h100x8-zero2", "pods-max_variance-n128-m32"),
+    ("gsm8k-cppo", "gsm8k", "l40s-lora", "cppo-n16-m4"),
+    ("gsm8k-greso", "gsm8k", "l40s-lora", "greso-n16-m16"))}
 
 
 def shell_commands(dry_run: str, rule: str) -> list[str]:
@@ -81,7 +86,7 @@ def paper_study(tmp_path_factory):
 def test_every_train_job_reads_a_folder_a_fetch_job_writes(paper_study):
     fetches = shell_commands(paper_study["dry_run"], "fetch_hub")
     trains = shell_commands(paper_study["dry_run"], "train")
-    assert len(trains) == 190 and len(fetches) == 6
+    assert len(trains) == 200 and len(fetches) == 6
     fetched = {shlex.split(c)[shlex.split(c).index("--out") + 1] for c in fetches}
     for command in trains:
         overrides = dict(a.split("=", 1) for a in shlex.split(command.split(" > ")[0]) if "=" in a)
