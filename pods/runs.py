@@ -436,7 +436,10 @@ def check_summary(summary: Mapping, evals: Sequence[Mapping], steps: Sequence[Ma
         how = {"failed": "; delete the run's folder to train it again, or change the config and use another "
                          "results_dir",
                "interrupted": "; run its train command again (or `snakemake reproduce`) to resume it",
-               "running": "; if no trainer is at work on it, run its train command again to resume it"}
+               # a run killed with the workflow keeps this status; Snakemake's --rerun-incomplete misses it
+               # when the run entered the plan after a checkpoint (a confirmation's later looks)
+               "running": "; if no trainer is at work on it, run its train command again (in the workflow: "
+                          "add `--forcerun <this summary.json>`) to resume it from its checkpoint"}
         raise RunFileError(f"{where}: status is {summary['status']!r}{': ' + reason if reason else ''}; "
                            f"only a complete run is a result{how.get(summary['status'], '')}")
     for name, value in key.items():

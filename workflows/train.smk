@@ -11,7 +11,9 @@
 # of a job it started as incomplete until the job succeeds, so after a kill (of the job or of
 # Snakemake itself) the rerun deletes that summary.json and resumes. A run killed outside Snakemake
 # (a hand-started `pods train`) leaves a "running" summary that Snakemake takes as done: `figures`
-# refuses it, and `--forcerun <its summary.json>` resumes it.
+# refuses it, and `--forcerun <its summary.json>` resumes it. So does a confirmation's run of look 2
+# or later killed together with Snakemake: it enters the plan only after the `look` checkpoint, and
+# Snakemake consults its incomplete markers only for the jobs of the first plan.
 #
 # Finished runs are final. A run whose summary.json says `complete` (the committed results/, or
 # one trained earlier) is read by the analysis from its files directly and never enters the DAG
